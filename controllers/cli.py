@@ -1,0 +1,187 @@
+"""The ``rotator`` command: the composition root, where every part is built and wired once.
+
+``rotator run``      the controller manager, against a kubeconfig or in-cluster
+``rotator dev``      a local control plane plus ``rotator run`` against it, in the foreground
+``rotator version``  the version
+
+Exit codes: 0 after a clean stop, 1 on a runtime failure (e.g. leadership lost), 2 on bad usage
+or missing configuration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import sys
+import threading
+import uuid
+from collections.abc import Sequence
+from types import FrameType
+
+import structlog
+
+import rotator
+from controllers import logs
+from controllers.controlplane import assets as cp_assets
+from controllers.controlplane import cluster
+from controllers.runtime import client as clients
+from controllers.runtime import leaderelection, manager, restconfig
+from controllers.runtime import metrics as metric_families
+
+log = structlog.get_logger("rotator")
+
+EXIT_USAGE = 2
+LEADER_ELECTION_ID = "rotator-leader-election"
+
+
+def _add_run_flags(p: argparse.ArgumentParser, *, with_kubeconfig: bool = True) -> None:
+    if with_kubeconfig:
+        p.add_argument(
+            "--kubeconfig",
+            help="kubeconfig file (default: $KUBECONFIG, in-cluster, ~/.kube/config)",
+        )
+    p.add_argument(
+        "--namespace",
+        action="append",
+        default=[],
+        dest="namespaces",
+        help="namespace to watch; repeat for several (default: all)",
+    )
+    p.add_argument(
+        "--metrics-bind-address",
+        default=":8080",
+        help='metrics address; "0" disables (default :8080)',
+    )
+    p.add_argument(
+        "--health-probe-bind-address",
+        default=":8081",
+        help='probe address; "0" disables (default :8081)',
+    )
+    p.add_argument(
+        "--leader-elect", action="store_true", help="campaign for a Lease before reconciling"
+    )
+    p.add_argument(
+        "--leader-election-namespace",
+        default="",
+        help="namespace of the Lease (default: the pod's)",
+    )
+    p.add_argument(
+        "--leader-election-id",
+        default=LEADER_ELECTION_ID,
+        help=f"name of the Lease (default {LEADER_ELECTION_ID})",
+    )
+    p.add_argument(
+        "--workers", type=int, default=4, help="concurrent reconciles per controller (default 4)"
+    )
+    p.add_argument("--log-format", choices=("json", "text"), default="json", help="default json")
+    p.add_argument(
+        "--log-level",
+        choices=("debug", "info", "warning", "error"),
+        default="info",
+        help="default info",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rotator", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run the controller manager")
+    _add_run_flags(run)
+    dev = sub.add_parser("dev", help="a local control plane plus the controller, in the foreground")
+    _add_run_flags(dev, with_kubeconfig=False)
+    dev.add_argument(
+        "--assets",
+        help="folder with etcd, kube-apiserver, kube-controller-manager "
+        "(default $KUBEBUILDER_ASSETS)",
+    )
+    dev.set_defaults(
+        metrics_bind_address="127.0.0.1:8080",
+        health_probe_bind_address="127.0.0.1:8081",
+        log_format="text",
+    )
+    sub.add_parser("version", help="print the version")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "version":
+        print(f"rotator {rotator.__version__}")
+        return 0
+    logs.configure(args.log_format, args.log_level)
+    if args.command == "dev":
+        return _dev(args)
+    return _run(args, kubeconfig=args.kubeconfig)
+
+
+def _run(args: argparse.Namespace, *, kubeconfig: str | None) -> int:
+    try:
+        api_client = restconfig.load(kubeconfig, pool_size=16 + 4 * args.workers)
+    except restconfig.ConfigNotFound as exc:
+        print(f"rotator: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    identity = f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
+    election = None
+    if args.leader_elect:
+        namespace = args.leader_election_namespace or restconfig.in_cluster_namespace()
+        if not namespace:
+            print(
+                "rotator: --leader-election-namespace is required when not running in a cluster",
+                file=sys.stderr,
+            )
+            return EXIT_USAGE
+        election = leaderelection.LeaderElectionOptions(
+            name=args.leader_election_id, namespace=namespace, identity=identity
+        )
+    metrics = metric_families.Metrics()
+    api = clients.Client(api_client, metrics=metrics.for_requests(api_client.configuration.host))
+    options = manager.ManagerOptions(
+        namespaces=tuple(args.namespaces),
+        metrics_bind_address=args.metrics_bind_address,
+        health_probe_bind_address=args.health_probe_bind_address,
+        leader_election=election,
+        identity=identity,
+    )
+    mgr = manager.Manager(api, options, metrics=metrics)
+    stop = _stop_on_signals()
+    log.info("rotator.starting", version=rotator.__version__, identity=identity, server=api.host)
+    return mgr.run(stop)
+
+
+def _dev(args: argparse.Namespace) -> int:
+    try:
+        folder = cp_assets.find(args.assets)
+    except cp_assets.AssetsNotFound as exc:
+        print(f"rotator: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    control_plane = cluster.LocalControlPlane(folder)
+    log.info("dev.starting_control_plane", assets=str(folder))
+    with control_plane:
+        kubeconfig = str(control_plane.kubeconfig)
+        kubectl = folder / "kubectl"
+        print(f"\nkubeconfig: {kubeconfig}", flush=True)
+        if os.access(kubectl, os.X_OK):
+            print(f"look around: {kubectl} --kubeconfig {kubeconfig} get all -A\n", flush=True)
+        return _run(args, kubeconfig=kubeconfig)
+
+
+def _stop_on_signals() -> threading.Event:
+    """SIGTERM/SIGINT ask for a graceful stop; a second one exits at once."""
+    stop = threading.Event()
+
+    def handle(signum: int, _: FrameType | None) -> None:
+        if stop.is_set():
+            log.warning("rotator.forced_exit", signal=signal.Signals(signum).name)
+            os._exit(1)
+        log.info("rotator.stop_requested", signal=signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, handle)
+    signal.signal(signal.SIGINT, handle)
+    return stop
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,82 @@
+"""The one logging setup: structured events, one per line, JSON by default.
+
+Everything logs through structlog; records from libraries (urllib3, kubernetes, apscheduler) are
+rendered the same way. Keys that name secret material are redacted whatever their value, as a
+last line of defence: code must not log secrets in the first place.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import MutableMapping
+from typing import Any, TextIO
+
+import structlog
+
+REDACTED = "[REDACTED]"
+SECRET_KEYS = frozenset(
+    {
+        "token",
+        "access_token",
+        "id_token",
+        "secret",
+        "client_secret",
+        "password",
+        "credentials",
+        "apikey",
+        "api_key",
+        "authorization",
+        "private_key",
+        "data",
+        "stringdata",
+        "secret_access_key",
+        "session_token",
+    }
+)
+
+_QUIET = {"urllib3": logging.WARNING, "kubernetes": logging.WARNING, "apscheduler": logging.WARNING}
+
+
+def redact(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    for key in event:
+        if key.lower() in SECRET_KEYS:
+            event[key] = REDACTED
+    return event
+
+
+def configure(fmt: str = "json", level: str = "info", stream: TextIO | None = None) -> None:
+    """Sets up logging for the whole process; ``fmt`` is ``json`` or ``text``."""
+    if fmt not in ("json", "text"):
+        raise ValueError(f"log format must be json or text, not {fmt!r}")
+    shared: list[Any] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.stdlib.add_log_level,
+        structlog.stdlib.add_logger_name,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+        redact,
+        structlog.processors.StackInfoRenderer(),
+        structlog.processors.format_exc_info,
+    ]
+    structlog.configure(
+        processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
+        logger_factory=structlog.stdlib.LoggerFactory(),
+        wrapper_class=structlog.stdlib.BoundLogger,
+        cache_logger_on_first_use=True,
+    )
+    renderer: Any = (
+        structlog.processors.JSONRenderer()
+        if fmt == "json"
+        else structlog.dev.ConsoleRenderer(colors=False)
+    )
+    formatter = structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=shared,
+        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
+    )
+    handler = logging.StreamHandler(stream or sys.stderr)
+    handler.setFormatter(formatter)
+    root = logging.getLogger()
+    root.handlers = [handler]
+    root.setLevel(level.upper())
+    for name, quiet in _QUIET.items():
+        logging.getLogger(name).setLevel(max(quiet, root.level))

@@ -1,0 +1,16 @@
+"""A small, generic controller runtime with controller-runtime's semantics.
+
+One behaviour per module, each building on the one below it:
+
+- ``clock``: the time source every timing decision reads (injected, faked in tests).
+- ``ratelimit``: per-item exponential backoff, a token bucket, and their maximum.
+- ``queue`` → ``delaying`` → ``ratelimiting``: client-go's work queue, one capability per layer.
+- ``timers``: the APScheduler-backed timers behind delayed adds (one job per key).
+- ``errors`` / ``client``: a JSON REST client for the Kubernetes API with a classified error tree.
+- ``objects``: typed views over raw Kubernetes bodies (plain decoded JSON).
+- ``store`` / ``informer`` / ``cache``: list+watch informers feeding indexed stores.
+- ``reconcile`` / ``sources`` / ``channel`` / ``controller``: the reconcile contract and loop.
+- ``leaderelection`` / ``events`` / ``metrics`` / ``health`` / ``manager``: running it all.
+
+Nothing here knows about credentials, and nothing here imports ``rotator``.
+"""

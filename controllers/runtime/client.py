@@ -1,0 +1,361 @@
+"""A JSON client for the Kubernetes REST API, on top of the kubernetes package's transport.
+
+We reuse ``kubernetes.client.ApiClient`` for what it does well — kubeconfig and in-cluster
+authentication, TLS, token refresh, connection pooling — and skip its generated model classes:
+requests and responses are plain JSON, decoded once. Every request has a timeout, bounded further
+by the deadline of the reconcile it runs in (:func:`deadline`). Failures surface as the error tree
+of :mod:`controllers.runtime.errors`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import enum
+import json
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, Protocol
+
+import urllib3
+from kubernetes.client import ApiClient
+from kubernetes.client.exceptions import ApiException
+
+from controllers.runtime import errors
+from controllers.runtime.objects import Body, Resource
+
+WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+_PARTIAL_METADATA = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
+_PARTIAL_METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+
+_deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar(
+    "rotator_request_deadline", default=None
+)
+
+
+@contextlib.contextmanager
+def deadline(at_monotonic: float) -> Iterator[None]:
+    """Bounds every request made in this context to end by ``at_monotonic`` (``time.monotonic``).
+
+    The controller loop opens one per reconcile, so a slow API server cannot hold a worker past the
+    reconcile timeout.
+    """
+    token = _deadline.set(at_monotonic)
+    try:
+        yield
+    finally:
+        _deadline.reset(token)
+
+
+class PatchType(enum.StrEnum):
+    MERGE = "application/merge-patch+json"
+    JSON = "application/json-patch+json"
+    STRATEGIC = "application/strategic-merge-patch+json"
+    APPLY = "application/apply-patch+yaml"
+
+
+class RequestMetrics(Protocol):
+    """What the client reports per request (client-go's ``rest_client_requests_total``)."""
+
+    def request_done(self, *, method: str, code: str, seconds: float) -> None: ...
+
+
+class _NoMetrics:
+    def request_done(self, *, method: str, code: str, seconds: float) -> None:
+        pass
+
+
+class WatchStream:
+    """The events of one watch request, as decoded JSON; close it to end the request early."""
+
+    def __init__(self, response: urllib3.HTTPResponse, *, method: str, path: str) -> None:
+        self._response = response
+        self._method = method
+        self._path = path
+        self._closed = False
+
+    def __iter__(self) -> Iterator[Body]:
+        buffer = b""
+        try:
+            for chunk in self._response.stream(amt=64 * 1024, decode_content=True):
+                buffer += chunk
+                while b"\n" in buffer:
+                    line, buffer = buffer.split(b"\n", 1)
+                    if line.strip():
+                        yield json.loads(line)
+            if buffer.strip():
+                yield json.loads(buffer)
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            if self._closed:
+                return
+            raise errors.ConnectionFailed(
+                f"watch stream broke: {exc}", method=self._method, path=self._path
+            ) from exc
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Ends the watch; safe to call from another thread while a read is blocked."""
+        if self._closed:
+            return
+        self._closed = True
+        with contextlib.suppress(Exception):
+            self._response.shutdown()
+        with contextlib.suppress(Exception):
+            self._response.release_conn()
+
+
+class Client:
+    """Typed CRUD, list and watch over :class:`~.objects.Resource` types, in plain JSON.
+
+    ``timeout`` (seconds, default 30) bounds every non-watch request.
+    """
+
+    def __init__(
+        self,
+        api_client: ApiClient,
+        *,
+        timeout: float = 30.0,
+        metrics: RequestMetrics | None = None,
+    ) -> None:
+        self._api = api_client
+        self._timeout = timeout
+        self._metrics = metrics or _NoMetrics()
+
+    @property
+    def host(self) -> str:
+        return str(self._api.configuration.host)
+
+    # --- reads -------------------------------------------------------------------------------
+
+    def get(
+        self,
+        resource: Resource,
+        name: str,
+        *,
+        namespace: str | None = None,
+        subresource: str = "",
+        metadata_only: bool = False,
+    ) -> Body:
+        path = resource.path(namespace=namespace, name=name, subresource=subresource)
+        accept = _PARTIAL_METADATA if metadata_only else "application/json"
+        return self.request("GET", path, accept=accept)
+
+    def list(
+        self,
+        resource: Resource,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        limit: int | None = None,
+        continue_token: str | None = None,
+        resource_version: str | None = None,
+        metadata_only: bool = False,
+    ) -> Body:
+        query = _selectors(label_selector, field_selector)
+        if limit:
+            query.append(("limit", str(limit)))
+        if continue_token:
+            query.append(("continue", continue_token))
+        if resource_version is not None:
+            query.append(("resourceVersion", resource_version))
+        accept = _PARTIAL_METADATA_LIST if metadata_only else "application/json"
+        return self.request("GET", resource.path(namespace=namespace), query=query, accept=accept)
+
+    def watch(
+        self,
+        resource: Resource,
+        *,
+        resource_version: str,
+        timeout_seconds: int,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        metadata_only: bool = False,
+    ) -> WatchStream:
+        """Starts a watch from ``resource_version`` with bookmarks; the server ends it after
+        ``timeout_seconds``, and the client gives up on a connection silent for longer."""
+        query = _selectors(label_selector, field_selector)
+        query += [
+            ("watch", "true"),
+            ("allowWatchBookmarks", "true"),
+            ("resourceVersion", resource_version),
+            ("timeoutSeconds", str(timeout_seconds)),
+        ]
+        path = resource.path(namespace=namespace)
+        accept = _PARTIAL_METADATA if metadata_only else "application/json"
+        response = self._send(
+            "GET", path, query=query, accept=accept, timeout=(10.0, timeout_seconds + 30.0)
+        )
+        return WatchStream(response, method="GET", path=path)
+
+    # --- writes ------------------------------------------------------------------------------
+
+    def create(
+        self,
+        resource: Resource,
+        body: Mapping[str, Any],
+        *,
+        namespace: str | None = None,
+        name: str | None = None,
+        subresource: str = "",
+        field_manager: str | None = None,
+    ) -> Body:
+        """POSTs ``body``; with ``name`` and ``subresource`` it POSTs to that subresource."""
+        path = resource.path(namespace=namespace, name=name, subresource=subresource)
+        query = [("fieldManager", field_manager)] if field_manager else []
+        return self.request("POST", path, query=query, body=body)
+
+    def replace(
+        self, resource: Resource, body: Mapping[str, Any], *, subresource: str = ""
+    ) -> Body:
+        """PUTs ``body`` (its ``resourceVersion`` makes it a compare-and-swap)."""
+        md = body.get("metadata") or {}
+        path = resource.path(
+            namespace=md.get("namespace"), name=md.get("name"), subresource=subresource
+        )
+        return self.request("PUT", path, body=body)
+
+    def patch(
+        self,
+        resource: Resource,
+        name: str,
+        patch: Mapping[str, Any] | Sequence[Any],
+        *,
+        namespace: str | None = None,
+        patch_type: PatchType = PatchType.MERGE,
+        subresource: str = "",
+        field_manager: str | None = None,
+        force: bool = False,
+    ) -> Body:
+        path = resource.path(namespace=namespace, name=name, subresource=subresource)
+        query: list[tuple[str, str]] = []
+        if field_manager:
+            query.append(("fieldManager", field_manager))
+        if force:
+            query.append(("force", "true"))
+        return self.request("PATCH", path, query=query, body=patch, content_type=str(patch_type))
+
+    def delete(
+        self,
+        resource: Resource,
+        name: str,
+        *,
+        namespace: str | None = None,
+        propagation_policy: str | None = None,
+        uid: str | None = None,
+    ) -> Body:
+        """DELETEs an object; ``uid`` makes it a precondition (only that incarnation)."""
+        body: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions"}
+        if propagation_policy:
+            body["propagationPolicy"] = propagation_policy
+        if uid:
+            body["preconditions"] = {"uid": uid}
+        path = resource.path(namespace=namespace, name=name)
+        return self.request("DELETE", path, body=body)
+
+    # --- transport ---------------------------------------------------------------------------
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Sequence[tuple[str, str]] = (),
+        body: Mapping[str, Any] | Sequence[Any] | None = None,
+        content_type: str = "application/json",
+        accept: str = "application/json",
+    ) -> Body:
+        """Sends one request and returns its decoded JSON body."""
+        response = self._send(
+            method, path, query=query, body=body, content_type=content_type, accept=accept
+        )
+        try:
+            data = response.data
+        finally:
+            response.release_conn()
+        decoded: Body = json.loads(data) if data else {}
+        return decoded
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Sequence[tuple[str, str]] = (),
+        body: Mapping[str, Any] | Sequence[Any] | None = None,
+        content_type: str = "application/json",
+        accept: str = "application/json",
+        timeout: float | tuple[float, float] | None = None,
+    ) -> urllib3.HTTPResponse:
+        timeout = self._bounded(timeout if timeout is not None else self._timeout, method, path)
+        headers = {"Accept": accept}
+        if body is not None:
+            headers["Content-Type"] = content_type
+        serialized = self._api.param_serialize(
+            method,
+            path,
+            query_params=list(query),
+            header_params=headers,
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        start = time.monotonic()
+        code = "<error>"
+        try:
+            rest_response = self._api.call_api(*serialized, _request_timeout=timeout)
+            response: urllib3.HTTPResponse = rest_response.response
+            code = str(response.status)
+        except ApiException as exc:  # the rest layer wraps TLS failures this way
+            raise errors.ConnectionFailed(str(exc.reason), method=method, path=path) from exc
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise errors.ConnectionFailed(
+                f"{type(exc).__name__}: {exc}", method=method, path=path
+            ) from exc
+        finally:
+            self._metrics.request_done(method=method, code=code, seconds=time.monotonic() - start)
+        if 200 <= response.status < 300:
+            return response
+        try:
+            raw = response.data
+        finally:
+            response.release_conn()
+        raise _status_error(response.status, raw, method=method, path=path)
+
+    def _bounded(
+        self, timeout: float | tuple[float, float], method: str, path: str
+    ) -> float | tuple[float, float]:
+        at = _deadline.get()
+        if at is None:
+            return timeout
+        remaining = at - time.monotonic()
+        if remaining <= 0:
+            raise errors.DeadlineExceeded(
+                "the reconcile ran out of time before this request", method=method, path=path
+            )
+        if isinstance(timeout, tuple):
+            return (min(timeout[0], remaining), min(timeout[1], remaining))
+        return min(timeout, remaining)
+
+
+def _selectors(label_selector: str | None, field_selector: str | None) -> list[tuple[str, str]]:
+    query = []
+    if label_selector:
+        query.append(("labelSelector", label_selector))
+    if field_selector:
+        query.append(("fieldSelector", field_selector))
+    return query
+
+
+def _status_error(status: int, raw: bytes, *, method: str, path: str) -> errors.ApiError:
+    reason, message = "", raw.decode("utf-8", "replace")[:500]
+    try:
+        decoded = json.loads(raw)
+    except ValueError:
+        decoded = None
+    if isinstance(decoded, dict) and decoded.get("kind") == "Status":
+        reason = str(decoded.get("reason") or "")
+        message = str(decoded.get("message") or message)
+    return errors.from_status(status, reason=reason, message=message, method=method, path=path)

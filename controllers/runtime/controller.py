@@ -1,0 +1,206 @@
+"""The controller loop: sources feed a rate-limited queue; workers reconcile what it hands out.
+
+All reconcile outcomes are dispatched in one place, :meth:`Controller._handle`, following
+:mod:`controllers.runtime.reconcile`. A worker never dies of a reconcile's exception. Every
+reconcile runs under a deadline that bounds all its API requests (``reconcile_timeout``); a
+reconcile that overruns it anyway is reported by a watchdog, once, with its key and duration.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+
+import structlog
+
+from controllers.runtime import client as clients
+from controllers.runtime import clock as clocks
+from controllers.runtime import errors, metrics, ratelimiting, timers
+from controllers.runtime.reconcile import Reconciler, Request, Result, TerminalError
+from controllers.runtime.sources import Source
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class ControllerOptions:
+    workers: int = 1
+    """Reconciles run at once (distinct objects only). Defaults to 1, as controller-runtime."""
+    reconcile_timeout: float = 60.0
+    """Seconds a reconcile's API requests may take in all. Defaults to 60."""
+
+
+@dataclass
+class _Active:
+    request: Request
+    reconcile_id: str
+    started: float
+    reported: bool = False
+
+
+class Controller:
+    """Reconciles objects of one kind with ``reconciler``, fed by its sources."""
+
+    def __init__(
+        self,
+        name: str,
+        reconciler: Reconciler,
+        *,
+        timers: timers.Timers,
+        metrics: metrics.Metrics,
+        options: ControllerOptions | None = None,
+        clock: clocks.Clock | None = None,
+    ) -> None:
+        self.name = name
+        self._reconciler = reconciler
+        self._metrics = metrics
+        self._options = options or ControllerOptions()
+        self._clock = clock or clocks.RealClock()
+        self.queue: ratelimiting.RateLimitingQueue[Request] = ratelimiting.RateLimitingQueue(
+            name=name, timers=timers, metrics=metrics.for_queue(name), clock=self._clock
+        )
+        self._sources: list[Source] = []
+        self._workers: list[threading.Thread] = []
+        self._stopping = threading.Event()
+        self._active: dict[int, _Active] = {}
+        self._active_lock = threading.Lock()
+        self._log = log.bind(controller=name)
+
+    def watch(self, source: Source) -> None:
+        """Adds a source; must be called before :meth:`start`."""
+        self._sources.append(source)
+
+    def start(self) -> None:
+        m = self._metrics
+        m.max_concurrent.labels(self.name).set(self._options.workers)
+        for result in ("success", "error", "requeue", "requeue_after"):
+            m.reconcile_total.labels(self.name, result)  # export zeros, as controller-runtime does
+        m.reconcile_errors.labels(self.name)
+        m.terminal_errors.labels(self.name)
+        m.reconcile_time.labels(self.name)
+        m.active_workers.labels(self.name)
+        for source in self._sources:
+            source.start(self.queue.add)
+        for i in range(self._options.workers):
+            worker = threading.Thread(
+                target=self._work, args=(i,), name=f"{self.name}-worker-{i}", daemon=True
+            )
+            self._workers.append(worker)
+            worker.start()
+        threading.Thread(target=self._watchdog, name=f"{self.name}-watchdog", daemon=True).start()
+        self._log.info("controller.started", workers=self._options.workers)
+
+    def stop(self, timeout: float = 30.0) -> bool:
+        """Stops taking work and waits up to ``timeout`` for in-flight reconciles to finish.
+
+        Returns False if some were still running when the time ran out.
+        """
+        self._stopping.set()
+        for source in self._sources:
+            source.stop()
+        drained = self.queue.shut_down_with_drain(timeout)
+        end = time.monotonic() + timeout
+        for worker in self._workers:
+            worker.join(max(0.0, end - time.monotonic()))
+        if not drained:
+            self._log.warning("controller.stop_timeout", in_flight=self.queue.processing())
+        self._log.info("controller.stopped")
+        return drained
+
+    # --- workers -----------------------------------------------------------------------------
+
+    def _work(self, worker_id: int) -> None:
+        while True:
+            request, shutdown = self.queue.get()
+            if shutdown or request is None:
+                return
+            if self._stopping.is_set():
+                self.queue.done(request)  # queued work is dropped on stop; it is level-triggered
+                continue
+            self._metrics.active_workers.labels(self.name).inc()
+            try:
+                self._process(worker_id, request)
+            finally:
+                self._metrics.active_workers.labels(self.name).dec()
+                self.queue.done(request)
+
+    def _process(self, worker_id: int, request: Request) -> None:
+        reconcile_id = uuid.uuid4().hex[:12]
+        started = time.monotonic()
+        with self._active_lock:
+            self._active[worker_id] = _Active(request, reconcile_id, started)
+        with structlog.contextvars.bound_contextvars(
+            controller=self.name,
+            namespace=request.namespace,
+            name=request.name,
+            reconcile_id=reconcile_id,
+        ):
+            try:
+                with clients.deadline(started + self._options.reconcile_timeout):
+                    result: Result | BaseException = self._reconciler.reconcile(request)
+            except Exception as exc:
+                result = exc
+            finally:
+                with self._active_lock:
+                    self._active.pop(worker_id, None)
+                self._metrics.reconcile_time.labels(self.name).observe(time.monotonic() - started)
+            self._handle(request, result)
+
+    def _handle(self, request: Request, outcome: Result | BaseException) -> None:
+        """The one place where a reconcile's outcome becomes queue actions and metrics."""
+        total = self._metrics.reconcile_total
+        match outcome:
+            case TerminalError():
+                self.queue.forget(request)
+                total.labels(self.name, "error").inc()
+                self._metrics.reconcile_errors.labels(self.name).inc()
+                self._metrics.terminal_errors.labels(self.name).inc()
+                self._log.error("reconcile.terminal_error", error=str(outcome))
+            case BaseException():
+                if getattr(outcome, "requeue_after", None) is not None:
+                    self._log.warning(
+                        "reconcile.requeue_after_ignored", why="an error requeues with backoff"
+                    )
+                self.queue.add_rate_limited(request)
+                total.labels(self.name, "error").inc()
+                self._metrics.reconcile_errors.labels(self.name).inc()
+                transient = isinstance(outcome, errors.ApiError) and outcome.transient
+                self._log.log(
+                    30 if transient else 40,  # warning for transient, error otherwise
+                    "reconcile.failed",
+                    error=str(outcome),
+                    error_type=type(outcome).__name__,
+                    retries=self.queue.num_requeues(request),
+                    exc_info=None if transient else outcome,
+                )
+            case Result(requeue_after=after) if after:
+                self.queue.forget(request)
+                self.queue.add_after(request, after)
+                total.labels(self.name, "requeue_after").inc()
+                self._log.debug("reconcile.done", requeue_after=round(after, 3))
+            case Result():
+                self.queue.forget(request)
+                total.labels(self.name, "success").inc()
+                self._log.debug("reconcile.done")
+
+    def _watchdog(self) -> None:
+        timeout = self._options.reconcile_timeout
+        while not self._stopping.wait(1.0):
+            now = time.monotonic()
+            with self._active_lock:
+                overdue = [
+                    a for a in self._active.values() if not a.reported and now - a.started > timeout
+                ]
+                for active in overdue:
+                    active.reported = True
+            for active in overdue:
+                self._log.error(
+                    "reconcile.overran_timeout",
+                    namespace=active.request.namespace,
+                    name=active.request.name,
+                    reconcile_id=active.reconcile_id,
+                    running_for=round(now - active.started, 1),
+                    timeout=timeout,
+                )

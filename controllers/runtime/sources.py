@@ -1,0 +1,150 @@
+"""Sources: where a controller's requests come from (controller-runtime's ``source`` + ``handler``).
+
+* :class:`Kind` — changes to the primary kind (``for_``): the object's own key.
+* :class:`Owned` — changes to objects a kind controls: the controlling owner's key.
+* :class:`Mapped` — changes to anything: keys computed by a function (usually an index lookup).
+* :class:`ChannelSource` — keys sent by another controller through a :class:`~.channel.Channel`.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Protocol
+
+import structlog
+
+from controllers.runtime import channel as channels
+from controllers.runtime import objects
+from controllers.runtime.informer import Informer
+from controllers.runtime.objects import Body, Resource
+from controllers.runtime.reconcile import Request
+
+log = structlog.get_logger(__name__)
+
+Enqueue = Callable[[Request], None]
+Predicate = Callable[[Body | None, Body], bool]
+"""``(old or None, new) → whether the change matters``; deletions always pass."""
+
+
+class Source(Protocol):
+    """Feeds requests to a controller once started."""
+
+    def start(self, enqueue: Enqueue) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+def generation_changed(old: Body | None, new: Body) -> bool:
+    """Skips status-only updates (controller-runtime's ``GenerationChangedPredicate``)."""
+    if old is None:
+        return True
+    return objects.meta(old).get("generation") != objects.meta(new).get("generation")
+
+
+class _InformerSource:
+    """Maps every informer event to requests through ``_requests``."""
+
+    def __init__(self, informer: Informer, predicate: Predicate | None = None) -> None:
+        self._informer = informer
+        self._predicate = predicate
+        self._enqueue: Enqueue | None = None
+
+    def _requests(self, obj: Body) -> Iterable[Request]:
+        raise NotImplementedError
+
+    def start(self, enqueue: Enqueue) -> None:
+        self._enqueue = enqueue
+        self._informer.add_handler(self)
+
+    def stop(self) -> None:
+        self._enqueue = None
+
+    def on_add(self, obj: Body) -> None:
+        if self._predicate is None or self._predicate(None, obj):
+            self._emit(obj)
+
+    def on_update(self, old: Body, new: Body) -> None:
+        if self._predicate is None or old is new or self._predicate(old, new):
+            self._emit(old, new)
+
+    def on_delete(self, obj: Body) -> None:
+        self._emit(obj)
+
+    def _emit(self, *objs: Body) -> None:
+        enqueue = self._enqueue
+        if enqueue is None:
+            return
+        for obj in objs:
+            for request in self._requests(obj):
+                enqueue(request)
+
+
+class Kind(_InformerSource):
+    """Requests the changed object itself."""
+
+    def _requests(self, obj: Body) -> Iterable[Request]:
+        return (Request.for_object(obj),)
+
+    def _emit(self, *objs: Body) -> None:
+        super()._emit(objs[-1])  # on update, old and new share a key
+
+
+class Owned(_InformerSource):
+    """Requests the controlling owner of the changed object, if it is of kind ``owner``."""
+
+    def __init__(
+        self, informer: Informer, owner: Resource, predicate: Predicate | None = None
+    ) -> None:
+        super().__init__(informer, predicate)
+        self._owner = owner
+
+    def _requests(self, obj: Body) -> Iterable[Request]:
+        ref = objects.controller_of(obj)
+        if ref is None or ref.get("kind") != self._owner.kind:
+            return ()
+        if ref.get("apiVersion", "").rpartition("/")[0] != self._owner.group:
+            return ()
+        return (Request(objects.namespace(obj), ref.get("name", "")),)
+
+
+class Mapped(_InformerSource):
+    """Requests whatever ``mapper`` returns for the changed object (old and new, on update)."""
+
+    def __init__(
+        self,
+        informer: Informer,
+        mapper: Callable[[Mapping[str, Any]], Iterable[Request]],
+        predicate: Predicate | None = None,
+    ) -> None:
+        super().__init__(informer, predicate)
+        self._mapper = mapper
+
+    def _requests(self, obj: Body) -> Iterable[Request]:
+        return self._mapper(obj)
+
+
+class ChannelSource:
+    """Takes keys from a channel on its own thread and enqueues them."""
+
+    def __init__(self, channel: channels.Channel[Request]) -> None:
+        self._channel = channel
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self, enqueue: Enqueue) -> None:
+        def pump() -> None:
+            while not self._stop.is_set():
+                request = self._channel.receive(timeout=0.5)
+                if request is not None:
+                    enqueue(request)
+
+        self._thread = threading.Thread(
+            target=pump, name=f"channel-{self._channel.name}", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(2.0)

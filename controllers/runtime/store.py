@@ -1,0 +1,125 @@
+"""A thread-safe, indexed store of objects by key (client-go's ``ThreadSafeStore`` + indexers).
+
+An index maps every object to zero or more index values (say, the names of the Secrets a policy
+references); :meth:`Store.by_index` then finds the objects for a value without scanning the store.
+Objects are shared, read-only decoded JSON (see :mod:`controllers.runtime.objects`).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from controllers.runtime import objects
+from controllers.runtime.objects import Body, ObjectKey
+
+IndexFunc = Callable[[Mapping[str, Any]], Iterable[str]]
+
+NAMESPACE_INDEX = "namespace"
+
+
+def _by_namespace(obj: Mapping[str, Any]) -> Iterable[str]:
+    return [objects.namespace(obj)]
+
+
+class Store:
+    """Objects by key, with named indexes kept in step on every change."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._items: dict[ObjectKey, Body] = {}
+        self._index_funcs: dict[str, IndexFunc] = {NAMESPACE_INDEX: _by_namespace}
+        # index name → index value → keys. Invariant: for every item and index, the item's key is
+        # under exactly the values the index function returns for the stored item.
+        self._indices: dict[str, dict[str, set[ObjectKey]]] = {NAMESPACE_INDEX: {}}
+
+    def add_index(self, name: str, func: IndexFunc) -> None:
+        """Adds an index and builds it over what is already stored."""
+        with self._lock:
+            if name in self._index_funcs:
+                raise ValueError(f"index {name!r} already exists")
+            self._index_funcs[name] = func
+            self._indices[name] = {}
+            for key, obj in self._items.items():
+                self._index_one(name, key, obj)
+
+    def get(self, key: ObjectKey) -> Body | None:
+        with self._lock:
+            return self._items.get(key)
+
+    def keys(self) -> list[ObjectKey]:
+        with self._lock:
+            return list(self._items)
+
+    def items(self, namespace: str | None = None) -> list[Body]:
+        """Every object, or those in ``namespace``."""
+        if namespace is None:
+            with self._lock:
+                return list(self._items.values())
+        return self.by_index(NAMESPACE_INDEX, namespace)
+
+    def by_index(self, index: str, value: str) -> list[Body]:
+        with self._lock:
+            keys = self._indices[index].get(value, ())
+            return [self._items[k] for k in keys]
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._items)
+
+    def upsert(self, obj: Body) -> Body | None:
+        """Stores ``obj``; returns what it replaced."""
+        key = objects.key_of(obj)
+        with self._lock:
+            old = self._items.get(key)
+            if old is not None:
+                self._unindex(key, old)
+            self._items[key] = obj
+            for name in self._index_funcs:
+                self._index_one(name, key, obj)
+            return old
+
+    def delete(self, key: ObjectKey) -> Body | None:
+        """Removes the object at ``key``; returns it."""
+        with self._lock:
+            old = self._items.pop(key, None)
+            if old is not None:
+                self._unindex(key, old)
+            return old
+
+    def replace(
+        self, items: Iterable[Body], *, namespace: str | None = None
+    ) -> tuple[list[tuple[Body | None, Body]], list[Body]]:
+        """Makes the store hold exactly ``items`` within ``namespace`` (all when None).
+
+        Returns ``(upserts, deletions)``: each upsert as ``(old or None, new)``, and every object
+        that was stored in scope but is not in ``items``.
+        """
+        with self._lock:
+            in_scope = set(
+                self._items
+                if namespace is None
+                else self._indices[NAMESPACE_INDEX].get(namespace, set())
+            )
+            upserts = []
+            for obj in items:
+                in_scope.discard(objects.key_of(obj))
+                upserts.append((self.upsert(obj), obj))
+            deletions = [old for key in in_scope if (old := self.delete(key)) is not None]
+            return upserts, deletions
+
+    def _index_one(self, name: str, key: ObjectKey, obj: Body) -> None:
+        index = self._indices[name]
+        for value in self._index_funcs[name](obj):
+            index.setdefault(value, set()).add(key)
+
+    def _unindex(self, key: ObjectKey, obj: Body) -> None:
+        for name, func in self._index_funcs.items():
+            index = self._indices[name]
+            for value in func(obj):
+                keys = index.get(value)
+                if keys is not None:
+                    keys.discard(key)
+                    if not keys:
+                        del index[value]

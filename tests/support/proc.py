@@ -1,0 +1,77 @@
+"""Processes under test (the controller, a toy manager) and their HTTP endpoints."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+class Proc:
+    """A Python process with its output in a log file; killed at the end of the test."""
+
+    def __init__(
+        self,
+        argv: Sequence[str],
+        log_path: Path,
+        *,
+        metrics_port: int = 0,
+        probe_port: int = 0,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.log_path = log_path
+        self.metrics_port = metrics_port
+        self.probe_port = probe_port
+        full_env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
+        self._log = log_path.open("ab")
+        self.popen = subprocess.Popen(
+            [sys.executable, *argv],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env=full_env,
+            cwd=REPO,
+        )
+
+    def http(self, port: int, path: str) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode()
+
+    def metric(self, metric_name: str, **labels: str) -> float | None:
+        """One sample from the process's /metrics, None if absent."""
+        _, text = self.http(self.metrics_port, "/metrics")
+        wanted = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+        for line in text.splitlines():
+            if line.startswith("#"):
+                continue
+            series, _, value = line.rpartition(" ")
+            metric, _, label_text = series.partition("{")
+            got = ",".join(sorted(label_text.rstrip("}").split(","))) if label_text else ""
+            if metric == metric_name and got == wanted:
+                return float(value)
+        return None
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def terminate(self, timeout: float = 30) -> int:
+        self.popen.send_signal(signal.SIGTERM)
+        return self.popen.wait(timeout)
+
+    def kill(self) -> None:
+        self.popen.kill()
+        self.popen.wait()
+
+    def close(self) -> None:
+        if self.popen.poll() is None:
+            self.kill()
+        self._log.close()
