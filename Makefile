@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: test lint unit e2e testenv dev venv format clean
+.PHONY: test lint unit e2e testenv dev venv format clean bench
 
 # The virtualenv is created on first use and refreshed whenever pyproject.toml changes.
 $(STAMP): pyproject.toml
@@ -48,3 +48,7 @@ dev: venv
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis
+
+## bench: propagation latency and steady-state API requests (prints figures, asserts nothing)
+bench: venv
+	@assets=$$(hack/testenv.sh | tail -n 1) && KUBEBUILDER_ASSETS="$$assets" $(BIN)/python -m tests.bench.propagation

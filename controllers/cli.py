@@ -26,9 +26,11 @@ import rotator
 from controllers import logs
 from controllers.controlplane import assets as cp_assets
 from controllers.controlplane import cluster
+from controllers.reconcilers import credentials, setup
 from controllers.runtime import client as clients
 from controllers.runtime import leaderelection, manager, restconfig
 from controllers.runtime import metrics as metric_families
+from controllers.runtime.informer import InformerOptions
 
 log = structlog.get_logger("rotator")
 
@@ -74,6 +76,12 @@ def _add_run_flags(p: argparse.ArgumentParser, *, with_kubeconfig: bool = True) 
     )
     p.add_argument(
         "--workers", type=int, default=4, help="concurrent reconciles per controller (default 4)"
+    )
+    p.add_argument(
+        "--sync-period",
+        type=float,
+        default=36000.0,
+        help="seconds between resyncs of every cached object, +/-10%% (default 36000 = 10 h)",
     )
     p.add_argument("--log-format", choices=("json", "text"), default="json", help="default json")
     p.add_argument(
@@ -143,8 +151,14 @@ def _run(args: argparse.Namespace, *, kubeconfig: str | None) -> int:
         health_probe_bind_address=args.health_probe_bind_address,
         leader_election=election,
         identity=identity,
+        informer=InformerOptions(resync_period=args.sync_period),
     )
     mgr = manager.Manager(api, options, metrics=metrics)
+    setup.register(
+        mgr,
+        credential_sources=credentials.default_sources(),
+        options=setup.ChainOptions(workers=args.workers),
+    )
     stop = _stop_on_signals()
     log.info("rotator.starting", version=rotator.__version__, identity=identity, server=api.host)
     return mgr.run(stop)

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import yaml
 
@@ -44,6 +45,9 @@ class ControlPlaneOptions:
     stop_grace: float = 10.0
     """Seconds between SIGTERM and SIGKILL on stop. Defaults to 10."""
     extra_apiserver_flags: tuple[str, ...] = ()
+    audit_policy: dict[str, Any] | None = None
+    """An audit ``Policy`` (audit.k8s.io/v1); when set, the API server writes a JSON audit log to
+    :attr:`LocalControlPlane.audit_log`. Defaults to no auditing."""
 
 
 def free_port() -> int:
@@ -103,6 +107,10 @@ class LocalControlPlane:
     def kubeconfig(self) -> Path:
         """An admin (``system:masters``) kubeconfig."""
         return self.dir / "admin.kubeconfig"
+
+    @property
+    def audit_log(self) -> Path:
+        return self.dir / "audit.log"
 
     @property
     def ca_file(self) -> Path:
@@ -167,10 +175,23 @@ class LocalControlPlane:
             "--service-cluster-ip-range=10.0.0.0/24",
             "--allow-privileged=true",
             "--profiling=false",
+            *self._audit_flags(),
             *self.options.extra_apiserver_flags,
         ]
         child = self._spawn("kube-apiserver", argv)
         self._wait_https(child, f"{self.server}/readyz")
+
+    def _audit_flags(self) -> list[str]:
+        if self.options.audit_policy is None:
+            return []
+        policy_file = self.dir / "audit-policy.yaml"
+        policy_file.write_text(yaml.safe_dump(self.options.audit_policy))
+        return [
+            f"--audit-policy-file={policy_file}",
+            f"--audit-log-path={self.audit_log}",
+            "--audit-log-format=json",
+            "--audit-log-mode=blocking",
+        ]
 
     # --- components --------------------------------------------------------------------------
 

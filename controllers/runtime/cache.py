@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from controllers.runtime import client as clients
+from controllers.runtime import errors, objects
 from controllers.runtime.informer import Informer, InformerOptions
-from controllers.runtime.objects import Resource
+from controllers.runtime.objects import Body, ObjectKey, Resource
 
 
 @dataclass(frozen=True)
@@ -94,3 +96,49 @@ class Cache:
                 for view, informer in self._informers.items()
                 if not informer.has_synced()
             ]
+
+
+class FullObjectReader:
+    """Full bodies of the few objects of a kind watched metadata-only (Secrets a policy uses).
+
+    The metadata informer says whether an object exists and which resourceVersion is current; the
+    body is fetched once per resourceVersion and kept in a small LRU, so repeated reconciles of an
+    unchanged object read nothing from the API server, and memory holds only the bodies that
+    were asked for (at most ``max_entries``). Defaults to 1024 entries.
+    """
+
+    def __init__(self, api: clients.Client, informer: Informer, *, max_entries: int = 1024) -> None:
+        if not informer.metadata_only:
+            raise ValueError("a FullObjectReader sits over a metadata-only informer")
+        self._api = api
+        self._informer = informer
+        self._max = max_entries
+        self._lock = threading.Lock()
+        self._bodies: OrderedDict[ObjectKey, Body] = OrderedDict()
+        self.fetches = 0
+
+    def get(self, namespace: str, name: str) -> Body | None:
+        """The full object, or None when the cache says it does not exist."""
+        key = objects.make_key(namespace, name)
+        meta = self._informer.store.get(key)
+        if meta is None:
+            with self._lock:
+                self._bodies.pop(key, None)
+            return None
+        version = objects.meta(meta).get("resourceVersion")
+        with self._lock:
+            body = self._bodies.get(key)
+            if body is not None and objects.meta(body).get("resourceVersion") == version:
+                self._bodies.move_to_end(key)
+                return body
+        try:
+            body = self._api.get(self._informer.resource, name, namespace=namespace)
+        except errors.NotFound:
+            return None
+        self.fetches += 1
+        with self._lock:
+            self._bodies[key] = body
+            self._bodies.move_to_end(key)
+            while len(self._bodies) > self._max:
+                self._bodies.popitem(last=False)
+        return body

@@ -167,8 +167,11 @@ class Controller:
                 total.labels(self.name, "error").inc()
                 self._metrics.reconcile_errors.labels(self.name).inc()
                 transient = isinstance(outcome, errors.ApiError) and outcome.transient
+                level = 30 if transient else 40  # warning for transient, error otherwise
+                if isinstance(outcome, errors.Conflict):
+                    level = 10  # written from a stale cache: routine, the retry re-reads
                 self._log.log(
-                    30 if transient else 40,  # warning for transient, error otherwise
+                    level,
                     "reconcile.failed",
                     error=str(outcome),
                     error_type=type(outcome).__name__,

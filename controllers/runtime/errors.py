@@ -7,14 +7,14 @@
     │   ├── ConnectionFailed      no HTTP answer (refused, reset, timed out)
     │   ├── DeadlineExceeded      the reconcile's time budget ran out before the request
     │   ├── TooManyRequests       429
-    │   └── ServerError           5xx, and 408
+    │   ├── ServerError           5xx, and 408
+    │   └── Conflict              409: written from a stale read; a retried reconcile re-reads
+    │       └── AlreadyExists     409 with reason AlreadyExists
     └── (permanent for the request as sent: retrying the same request fails the same way)
         ├── BadRequest            400
         ├── Unauthorized          401
         ├── Forbidden             403
         ├── NotFound              404
-        ├── Conflict              409: stale resourceVersion; re-read and retry
-        │   └── AlreadyExists     409 with reason AlreadyExists
         ├── Gone                  410: resourceVersion too old; re-list
         └── Invalid               422: the object failed validation (message says why)
 
@@ -80,7 +80,7 @@ class NotFound(ApiError):
     pass
 
 
-class Conflict(ApiError):
+class Conflict(TransientApiError):
     pass
 
 

@@ -94,10 +94,10 @@ class LeaderElector:
         if not self._acquire(stop):
             return
         self._leading.set()
-        self._report(True)
         self._log.info("leader.elected")
         try:
             self._on_started()
+            self._report(True)  # after the controllers started: leading means working
             self._renew(stop)
         finally:
             self._leading.clear()

@@ -10,9 +10,17 @@ from collections.abc import Iterator
 import pytest
 
 from controllers.controlplane import assets
-from controllers.controlplane.cluster import LocalControlPlane
+from controllers.controlplane.cluster import ControlPlaneOptions, LocalControlPlane
 from controllers.runtime import client as clients
 from controllers.runtime import errors, objects, restconfig
+from tests.support import audit
+from tests.support.chain import Chain
+from tests.support.controller import (
+    ControllerProcess,
+    install_crds,
+    install_rbac,
+    service_account_kubeconfig,
+)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -25,12 +33,19 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def control_plane() -> Iterator[LocalControlPlane]:
     folder = assets.find()  # fails with a clear message when KUBEBUILDER_ASSETS is not set
     started = time.monotonic()
-    cp = LocalControlPlane(folder).start()
+    cp = LocalControlPlane(folder, ControlPlaneOptions(audit_policy=audit.POLICY)).start()
     print(f"\ncontrol plane up in {time.monotonic() - started:.1f} s at {cp.server}")
     try:
         yield cp
     finally:
         cp.stop()
+
+
+@pytest.fixture
+def private_control_plane() -> Iterator[LocalControlPlane]:
+    """A control plane of the test's own, for tests that stop or break it."""
+    with LocalControlPlane(assets.find()) as cp:
+        yield cp
 
 
 @pytest.fixture(scope="session")
@@ -45,3 +60,45 @@ def namespace(api: clients.Client) -> Iterator[str]:
     yield name
     with contextlib.suppress(errors.NotFound):
         api.delete(objects.NAMESPACES, name)
+
+
+@pytest.fixture(scope="session")
+def audit_log(control_plane: LocalControlPlane) -> audit.AuditLog:
+    return audit.AuditLog(control_plane.audit_log)
+
+
+@pytest.fixture(scope="session")
+def installed(control_plane: LocalControlPlane, api: clients.Client) -> None:
+    """The CRDs and the controller's RBAC, from config/."""
+    install_crds(api)
+    install_rbac(api)
+
+
+@pytest.fixture(scope="session")
+def controller(
+    control_plane: LocalControlPlane,
+    api: clients.Client,
+    installed: None,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[ControllerProcess]:
+    """``rotator run`` as the controller's ServiceAccount, shared by the chain tests."""
+    workdir = tmp_path_factory.mktemp("controller")
+    kubeconfig = service_account_kubeconfig(control_plane, api, workdir / "kubeconfig")
+    process = ControllerProcess(kubeconfig, workdir).start()
+    yield process
+    if process.proc is not None:
+        process.stop()
+
+
+@pytest.fixture
+def chain(api: clients.Client, namespace: str, controller: ControllerProcess) -> Iterator[Chain]:
+    """A chain builder in a fresh namespace; afterwards, no secret value may appear in the
+    controller's logs, in Events or in any status."""
+    assert controller.proc is not None
+    assert controller.proc.popen.poll() is None, (
+        f"the controller exited: {controller.logs()[-3000:]}"
+    )
+    built = Chain(api, namespace)
+    yield built
+    leaks = built.leaks(controller.logs())
+    assert not leaks, leaks

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from controllers.runtime import client as clients
-from controllers.runtime import objects
+from controllers.runtime import objects, restconfig
 from controllers.runtime.informer import LAST_APPLIED, Informer
 from controllers.runtime.objects import Body
 from tests.support import etcd
@@ -136,17 +136,23 @@ def test_metadata_only_mode_holds_no_secret_data(api, namespace, start_informer)
     assert value not in repr(informer.store.items()), "no secret value anywhere in the cache"
 
 
-def test_converges_after_watch_expiry_across_an_apiserver_restart(
-    control_plane, api, namespace, start_informer
-) -> None:
+def test_converges_after_watch_expiry_across_an_apiserver_restart(private_control_plane) -> None:
     """While the API server is down, an object is deleted behind its back and etcd's history is
     compacted: the informer's resume fails with 410 Gone and it must re-list to see the delete."""
+    control_plane = private_control_plane
+    api = clients.Client(restconfig.load(str(control_plane.kubeconfig)))
+    namespace = "informer"
+    api.create(objects.NAMESPACES, {"metadata": {"name": namespace}})
     template = {"template": {"spec": {"containers": [{"name": "c", "image": "i"}]}}}
     for name in ("keep", "doomed"):
         api.create(
             objects.PODTEMPLATES, {"metadata": {"name": name}, **template}, namespace=namespace
         )
-    informer, rec = start_informer(objects.PODTEMPLATES, namespace)
+    informer = Informer(api, objects.PODTEMPLATES, namespaces=[namespace])
+    rec = Recorder()
+    informer.add_handler(rec)
+    informer.start()
+    assert informer.wait_for_sync(30)
     wait_for(lambda: len(informer.store) == 2, what="both listed")
     control_plane.stop_apiserver()
     try:
@@ -166,6 +172,7 @@ def test_converges_after_watch_expiry_across_an_apiserver_restart(
     )
     wait_for(lambda: rec.saw("add", "after"), what="watching again after the restart")
     assert sorted(objects.name(o) for o in informer.store.items()) == ["after", "keep"]
+    informer.stop()
 
 
 def test_interrupted_watch_resumes_without_relisting(api, namespace, start_informer) -> None:

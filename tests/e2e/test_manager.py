@@ -186,7 +186,7 @@ def test_no_configuration_is_a_clear_error(tmp_path: Path) -> None:
 
 
 def test_rotator_run_serves_probes_and_stops_cleanly_on_sigterm(
-    control_plane, tmp_path: Path
+    control_plane, installed, tmp_path: Path
 ) -> None:
     metrics, probes = free_port(), free_port()
     proc = Proc(

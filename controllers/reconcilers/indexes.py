@@ -1,0 +1,52 @@
+"""Cache indexes that turn "what references X" into a lookup instead of a scan.
+
+Index values are ``namespace/name`` keys of the referenced object.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, cast
+
+from controllers.reconcilers import api
+from controllers.reconcilers.credentials import CredentialSource
+from controllers.runtime import objects
+
+POLICY_BY_SECRET = "policy-by-secret"  # noqa: S105 - an index name
+POLICY_BY_BACKEND = "policy-by-backend"
+ROUTE_BY_BACKEND = "route-by-backend"
+
+
+def policy_secrets(
+    sources: Mapping[str, CredentialSource],
+) -> Callable[[Mapping[str, Any]], Iterable[str]]:
+    """BackendSecurityPolicy → the Secrets it references."""
+
+    def index(policy: Mapping[str, Any]) -> Iterable[str]:
+        spec = policy.get("spec") or {}
+        source = sources.get(spec.get("type", ""))
+        if source is None:
+            return []
+        namespace = objects.namespace(policy)
+        refs = source.secret_refs(cast(api.PolicySpec, spec))
+        return {objects.make_key(namespace, ref["name"]) for ref in refs}
+
+    return index
+
+
+def policy_backends(policy: Mapping[str, Any]) -> Iterable[str]:
+    """BackendSecurityPolicy → the ServiceBackends it targets."""
+    namespace = objects.namespace(policy)
+    refs = (policy.get("spec") or {}).get("targetRefs") or []
+    return {objects.make_key(namespace, ref["name"]) for ref in refs}
+
+
+def route_backends(route: Mapping[str, Any]) -> Iterable[str]:
+    """Route → the ServiceBackends its rules reference."""
+    namespace = objects.namespace(route)
+    rules = (route.get("spec") or {}).get("rules") or []
+    return {
+        objects.make_key(namespace, ref["name"])
+        for rule in rules
+        for ref in rule.get("backendRefs") or []
+    }

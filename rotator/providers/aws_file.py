@@ -1,0 +1,27 @@
+"""AWS credentials from a shared-credentials file in a Secret: copied into the derived Secret as
+profile ``default`` with the policy's region. Static keys do not expire."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from rotator import errors, formats
+from rotator.credentials import Credential
+
+DATA_KEY = "credentials"
+
+
+def mint(
+    source: Mapping[str, bytes], *, key: str, profile: str, region: str, secret_name: str
+) -> Credential:
+    if key not in source:
+        raise errors.MissingKey(f"Secret {secret_name} has no key {key!r}")
+    try:
+        text = source[key].decode("utf-8")
+    except UnicodeDecodeError:
+        raise errors.InvalidInput(f"Secret {secret_name} key {key!r} is not UTF-8 text") from None
+    keys = formats.parse_aws_credentials(
+        text, profile=profile, where=f"Secret {secret_name} key {key!r}"
+    )
+    rendered = formats.render_aws_credentials(keys, region=region)
+    return Credential({DATA_KEY: rendered.encode()})

@@ -1,0 +1,195 @@
+"""Building Secret → BackendSecurityPolicy → ServiceBackend → Route chains in a test namespace,
+remembering every secret value so a test can prove none leaked."""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+import yaml
+
+from controllers.reconcilers import api as rapi
+from controllers.runtime import client as clients
+from controllers.runtime import errors, objects
+from tests.support.polling import wait_for
+
+KINDS = {"policy": rapi.POLICIES, "backend": rapi.BACKENDS, "route": rapi.ROUTES}
+
+
+class Chain:
+    def __init__(self, api: clients.Client, namespace: str) -> None:
+        self.api = api
+        self.ns = namespace
+        self.secret_values: set[str] = set()
+
+    # --- building ----------------------------------------------------------------------------
+
+    def secret(self, name: str, **data: str) -> None:
+        self.secret_values.update(v for v in data.values() if len(v) >= 8)
+        body = {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": name},
+            "data": {k: base64.b64encode(v.encode()).decode() for k, v in data.items()},
+        }
+        try:
+            self.api.create(objects.SECRETS, body, namespace=self.ns)
+        except errors.AlreadyExists:
+            self.api.patch(objects.SECRETS, name, {"data": body["data"]}, namespace=self.ns)
+
+    def remember(self, *values: str) -> None:
+        self.secret_values.update(values)
+
+    def api_key_policy(
+        self, name: str, *, secret: str, targets: list[str], key: str | None = None
+    ) -> None:
+        ref: dict[str, str] = {"name": secret, **({"key": key} if key else {})}
+        self.create(
+            "policy",
+            name,
+            {
+                "type": "APIKey",
+                "targetRefs": [{"name": t} for t in targets],
+                "apiKey": {"secretRef": ref},
+            },
+        )
+
+    def aws_file_policy(
+        self,
+        name: str,
+        *,
+        secret: str,
+        targets: list[str],
+        region: str = "us-east-1",
+        profile: str | None = None,
+    ) -> None:
+        file: dict[str, Any] = {"secretRef": {"name": secret}}
+        if profile:
+            file["profile"] = profile
+        self.create(
+            "policy",
+            name,
+            {
+                "type": "AWSCredentials",
+                "targetRefs": [{"name": t} for t in targets],
+                "awsCredentials": {"region": region, "credentialsFile": file},
+            },
+        )
+
+    def backend(self, name: str, *, schema: str = "OpenAI", host: str = "api.openai.com") -> None:
+        self.create("backend", name, {"schema": schema, "endpoint": {"host": host}})
+
+    def route(self, name: str, *rules: list[str], model: str = "gpt-4o") -> None:
+        self.create(
+            "route",
+            name,
+            {
+                "rules": [
+                    {
+                        "matches": [{"modelName": model}],
+                        "backendRefs": [{"name": b} for b in backends],
+                    }
+                    for backends in rules
+                ]
+            },
+        )
+
+    def create(self, kind: str, name: str, spec: dict[str, Any]) -> None:
+        resource = KINDS[kind]
+        self.api.create(
+            resource,
+            {
+                "apiVersion": rapi.API_VERSION,
+                "kind": resource.kind,
+                "metadata": {"name": name},
+                "spec": spec,
+            },
+            namespace=self.ns,
+        )
+
+    def delete(self, kind: str, name: str) -> None:
+        resource = objects.SECRETS if kind == "secret" else KINDS[kind]
+        self.api.delete(resource, name, namespace=self.ns)
+
+    # --- reading -----------------------------------------------------------------------------
+
+    def get(self, kind: str, name: str) -> dict[str, Any] | None:
+        resource = objects.SECRETS if kind == "secret" else KINDS[kind]
+        try:
+            return self.api.get(resource, name, namespace=self.ns)
+        except errors.NotFound:
+            return None
+
+    def condition(self, kind: str, name: str, type_: str) -> dict[str, Any] | None:
+        obj = self.get(kind, name) or {}
+        for c in (obj.get("status") or {}).get("conditions") or []:
+            if c["type"] == type_:
+                return dict(c)
+        return None
+
+    def wait_condition(
+        self,
+        kind: str,
+        name: str,
+        type_: str,
+        status: str,
+        reason: str | None = None,
+        timeout: float = 30,
+    ) -> dict[str, Any]:
+        def matches() -> dict[str, Any] | None:
+            c = self.condition(kind, name, type_)
+            if c and c["status"] == status and (reason is None or c["reason"] == reason):
+                return c
+            return None
+
+        return wait_for(
+            matches, timeout=timeout, what=f"{kind} {name} {type_}={status} {reason or ''}"
+        )
+
+    def secret_data(self, name: str) -> dict[str, str] | None:
+        secret = self.get("secret", name)
+        if secret is None:
+            return None
+        return {k: base64.b64decode(v).decode() for k, v in (secret.get("data") or {}).items()}
+
+    def route_config(self, route: str) -> dict[str, Any] | None:
+        data = self.secret_data(rapi.route_config_secret_name(route))
+        return None if data is None else yaml.safe_load(data[rapi.ROUTE_CONFIG_KEY])
+
+    def config_hash(self, route: str) -> str | None:
+        secret = self.get("secret", rapi.route_config_secret_name(route))
+        return (
+            None
+            if secret is None
+            else secret["metadata"]["annotations"][rapi.CONFIG_HASH_ANNOTATION]
+        )
+
+    def backend_credentials(self, route: str) -> dict[str, dict[str, Any] | None]:
+        """Backend name → its inlined credentials (None when it has none), over every rule."""
+        config = self.route_config(route) or {"rules": []}
+        return {
+            b["name"]: b.get("credentials") for rule in config["rules"] for b in rule["backends"]
+        }
+
+    def events(self) -> list[dict[str, Any]]:
+        return list(self.api.list(objects.EVENTS, namespace=self.ns).get("items") or [])
+
+    def event_reasons(self, name: str) -> set[str]:
+        return {e["reason"] for e in self.events() if e["involvedObject"]["name"] == name}
+
+    # --- secrecy -----------------------------------------------------------------------------
+
+    def leaks(self, controller_logs: str) -> list[str]:
+        """Where any remembered secret value (or its base64) appears: logs, events, statuses."""
+        places = {"controller log": controller_logs, "events": json.dumps(self.events())}
+        for kind, resource in KINDS.items():
+            items = self.api.list(resource, namespace=self.ns).get("items") or []
+            places[f"{kind} status"] = json.dumps([i.get("status") for i in items])
+        found = []
+        for value in self.secret_values:
+            needles = {value, base64.b64encode(value.encode()).decode()}
+            for place, text in places.items():
+                if any(n in text for n in needles):
+                    found.append(f"a secret value of length {len(value)} appears in the {place}")
+        return found
