@@ -26,7 +26,7 @@ import rotator
 from controllers import logs
 from controllers.controlplane import assets as cp_assets
 from controllers.controlplane import cluster
-from controllers.reconcilers import credentials, setup
+from controllers.reconcilers import setup
 from controllers.runtime import client as clients
 from controllers.runtime import leaderelection, manager, restconfig
 from controllers.runtime import metrics as metric_families
@@ -76,6 +76,12 @@ def _add_run_flags(p: argparse.ArgumentParser, *, with_kubeconfig: bool = True) 
     )
     p.add_argument(
         "--workers", type=int, default=4, help="concurrent reconciles per controller (default 4)"
+    )
+    p.add_argument(
+        "--iam-key-grace-period",
+        type=float,
+        default=300.0,
+        help="seconds a replaced IAM access key stays valid before deletion (default 300)",
     )
     p.add_argument(
         "--sync-period",
@@ -156,8 +162,9 @@ def _run(args: argparse.Namespace, *, kubeconfig: str | None) -> int:
     mgr = manager.Manager(api, options, metrics=metrics)
     setup.register(
         mgr,
-        credential_sources=credentials.default_sources(),
-        options=setup.ChainOptions(workers=args.workers),
+        options=setup.ChainOptions(
+            workers=args.workers, iam_key_grace_period=args.iam_key_grace_period
+        ),
     )
     stop = _stop_on_signals()
     log.info("rotator.starting", version=rotator.__version__, identity=identity, server=api.host)

@@ -35,7 +35,20 @@ SECRET_KEYS = frozenset(
     }
 )
 
-_QUIET = {"urllib3": logging.WARNING, "kubernetes": logging.WARNING, "apscheduler": logging.WARNING}
+# Libraries whose debug logs carry request and response bodies — botocore's hold credentials
+# — never log below WARNING, whatever --log-level says.
+_QUIET = (
+    "urllib3",
+    "kubernetes",
+    "apscheduler",
+    "botocore",
+    "boto3",
+    "s3transfer",
+    "requests",
+    "google",
+    "azure",
+    "msal",
+)
 
 
 def redact(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
@@ -78,5 +91,5 @@ def configure(fmt: str = "json", level: str = "info", stream: TextIO | None = No
     root = logging.getLogger()
     root.handlers = [handler]
     root.setLevel(level.upper())
-    for name, quiet in _QUIET.items():
-        logging.getLogger(name).setLevel(max(quiet, root.level))
+    for name in _QUIET:
+        logging.getLogger(name).setLevel(max(logging.WARNING, root.level))

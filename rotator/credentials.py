@@ -11,12 +11,15 @@ from dataclasses import dataclass, field
 class Credential:
     """Secret data (key → value) and when it stops working (epoch seconds; None = never).
 
-    ``repr`` never shows the data, so a credential in a log line or a traceback leaks nothing.
+    ``state`` is what a provider must remember between rotations (an IAM key still retiring),
+    never secret; the controller stores it next to the data. ``repr`` never shows the data, so a
+    credential in a log line or a traceback leaks nothing.
     """
 
     data: Mapping[str, bytes] = field(repr=False)
     expires_at: float | None = None
     issued_at: float | None = None
+    state: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def content_hash(self) -> str:

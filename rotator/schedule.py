@@ -1,20 +1,84 @@
 """When to refresh a credential, and when to retry after a failed refresh.
 
 Pure functions of times and settings (no clock of their own): the reconciler passes ``now``.
+
+Renewal: by default at 2/3 of the lifetime; ``renew_before`` or ``renew_before_percentage``
+move it. Never later than 30 s before expiry (for lifetimes of a minute or less: half-way), and
+spread by a jitter of ±``jitter_percentage`` % of the renewal window (issue → renewal) whose
+direction is fixed per object (seeded by its uid), so a restart does not reshuffle everyone and
+many credentials issued together do not all renew together.
 """
 
 from __future__ import annotations
 
+import hashlib
 import random
 from dataclasses import dataclass
 
 MIN_RETRY = 1.0
-MAX_RETRY = 300.0
+MAX_RETRY = 60.0
+SAFETY_MARGIN = 30.0
+"""A refresh is scheduled at least this long before expiry, so a failed one can be retried."""
+
+
+@dataclass(frozen=True)
+class RotationSettings:
+    renew_before: float | None = None
+    """Seconds before expiry to refresh; None uses the percentage or the default."""
+    renew_before_percentage: int | None = None
+    """Refresh when this percentage of the lifetime is left."""
+    jitter_percentage: int = 10
+    """Spread, in percent of the renewal window either way. Defaults to 10."""
+
+
+def renewal_time(
+    *, issued_at: float, expires_at: float, settings: RotationSettings, seed: str
+) -> float:
+    """When a credential valid from ``issued_at`` to ``expires_at`` should be refreshed."""
+    lifetime = max(0.0, expires_at - issued_at)
+    if settings.renew_before is not None:
+        base = expires_at - settings.renew_before
+    elif settings.renew_before_percentage is not None:
+        base = expires_at - lifetime * settings.renew_before_percentage / 100
+    else:
+        base = issued_at + lifetime * 2 / 3
+    latest = (
+        expires_at - SAFETY_MARGIN if lifetime > 2 * SAFETY_MARGIN else issued_at + lifetime / 2
+    )
+    base = max(issued_at, min(base, latest))
+    return _jittered(issued_at, base, latest, settings.jitter_percentage, seed)
+
+
+def interval_time(
+    *, issued_at: float, interval: float, settings: RotationSettings, seed: str
+) -> float:
+    """When a credential that does not expire, but is replaced every ``interval``, is due."""
+    base = issued_at + interval
+    return _jittered(issued_at, base, None, settings.jitter_percentage, seed)
+
+
+def _jittered(start: float, base: float, latest: float | None, percentage: int, seed: str) -> float:
+    """``base`` ± ``percentage`` % of the window, never before ``start`` or after ``latest``.
+
+    Near ``latest`` the centre moves earlier rather than clipping half the spread onto it.
+    """
+    spread = (base - start) * percentage / 100
+    if latest is not None:
+        base = min(base, latest - spread)
+    t = max(start, base + spread * stable_unit(seed))
+    return t if latest is None else min(t, latest)
+
+
+def stable_unit(seed: str) -> float:
+    """A number in [-1, 1] that depends only on ``seed``."""
+    digest = hashlib.sha256(seed.encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64 * 2 - 1
 
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """Exponential backoff after failures. Defaults: 1 s doubling, capped at 5 min."""
+    """Exponential backoff after failures. Defaults: 1 s doubling, capped at 1 min (an expired
+    credential is retried every minute: consumers are failing until it is back)."""
 
     base: float = MIN_RETRY
     cap: float = MAX_RETRY

@@ -33,6 +33,17 @@ CONFIG_HASH_ANNOTATION = "rotator.dev/config-hash"
 ROTATE_REQUESTED_ANNOTATION = "rotator.dev/rotate-requested-at"
 ROUTE_CONFIG_KEY = "config.yaml"
 
+# Also on the derived Secret, for minted credentials: what rotator needs to decide, after a
+# restart and from the cache alone, whether the served credential is still the right one.
+ISSUED_AT_ANNOTATION = "rotator.dev/issued-at"
+SPEC_HASH_ANNOTATION = "rotator.dev/spec-hash"
+"""Hash of the credential part of the spec the credential was minted for."""
+ANSWERED_REQUEST_ANNOTATION = "rotator.dev/answered-rotate-request"
+"""The ``rotate-requested-at`` value the credential was minted in answer to."""
+STATE_ANNOTATION_PREFIX = "state.rotator.dev/"
+"""Provider state (e.g. an IAM key still retiring), one annotation per key."""
+FINALIZER_IAM_KEY = "rotator.dev/iam-access-key"
+
 
 def derived_secret_name(policy_name: str) -> str:
     return f"rotator-bsp-{policy_name}"

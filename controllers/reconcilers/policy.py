@@ -1,32 +1,37 @@
 """The BackendSecurityPolicy reconciler: credentials into the derived Secret, status, and a
 word to the ServiceBackends it targets.
 
-Level-triggered: every reconcile derives the credential from the spec and the referenced Secrets,
-compares the derived Secret and the status with what the cache holds, and writes only what
-differs. It then tells every targeted backend to look again (the backend channel de-duplicates).
+Level-triggered. Copied credentials (API keys, static AWS files) are re-derived from their
+Secrets on every reconcile. Minted credentials (STS sessions, IAM keys…) are refreshed only
+when needed — the served one is missing or edited, the credential part of the spec changed, a
+rotation was requested (``rotator.dev/rotate-requested-at``), or its renewal time came — and
+everything that decision needs is read back from the derived Secret, so a restarted controller
+reuses a valid credential without calling the provider. The reconcile then returns
+``Result(requeue_after=renewal - now)``: the one timer per policy.
 
-A failure writes the reason to ``Ready`` (and an Event when the reason changes), counts
-``failedAttempts``, and asks to be reconciled again after a backoff from ``rotator.schedule`` —
-never a hot loop, and it recovers on its own when the referenced Secret is fixed (the Secret
-controller sends the policy again).
+A failed refresh leaves the served credential in place: ``Ready`` stays True (reason
+``RotationFailed``, the failure in the message) while it is valid, and turns False with reason
+``Expired`` when it lapses. Retries follow ``rotator.schedule.retry_delay``: exponential,
+capped, denser as expiry nears — never a hot loop.
 """
 
 from __future__ import annotations
 
-import base64
 import enum
 from collections.abc import Mapping
 from typing import Any, cast
 
 import structlog
 
-from controllers.reconcilers import api, conditions, status
+from controllers.reconcilers import api, conditions, derived, status
 from controllers.reconcilers.conditions import false, true
 from controllers.reconcilers.credentials import (
     CredentialSource,
     MintContext,
     UnsupportedSource,
+    rotation_settings,
 )
+from controllers.reconcilers.metrics import CredentialMetrics
 from controllers.runtime import apply, channel, events, objects
 from controllers.runtime import client as clients
 from controllers.runtime import clock as clocks
@@ -61,6 +66,7 @@ class PolicyReconciler:
         secrets: FullObjectReader,
         sources: Mapping[str, CredentialSource],
         recorder: events.EventRecorder,
+        metrics: CredentialMetrics,
         to_backends: channel.Channel[Request],
         clock: clocks.Clock,
     ) -> None:
@@ -70,55 +76,93 @@ class PolicyReconciler:
         self._secrets = secrets
         self._sources = sources
         self._recorder = recorder
+        self._metrics = metrics
         self._to_backends = to_backends
         self._clock = clock
 
     def reconcile(self, request: Request) -> Result:
         cached = self._policies.get(request.key)
-        if cached is None or objects.is_being_deleted(cached):
+        if cached is None:
+            self._metrics.forget(request)
             return Result()  # the derived Secret goes with its owner (garbage collector)
         policy = cast(api.Policy, cached)
+        source = self._sources.get(policy["spec"]["type"])
+        if objects.is_being_deleted(policy):
+            self._finalize(policy, source)
+            return Result()
         now = self._clock.now()
-        try:
-            credential = self._mint(policy)
-        except errors.CredentialError as exc:
-            delay = self._record_failure(policy, exc, now)
-            self._notify_targets(policy)
-            return Result(requeue_after=delay)
-        change = self._ensure_derived_secret(policy, credential)
-        self._record_success(policy, credential, change, now)
-        self._notify_targets(policy)
-        return Result()
-
-    # --- credential --------------------------------------------------------------------------
-
-    def _mint(self, policy: api.Policy) -> Credential:
-        kind = policy["spec"]["type"]
-        source = self._sources.get(kind)
+        served = derived.read(self._managed.get(self._derived_key(policy)))
+        ctx = MintContext(
+            policy,
+            self._secret_getter(request.namespace),
+            now=now,
+            current=served.credential if served else None,
+            settings=rotation_settings(policy["spec"]),
+        )
         if source is None:
-            raise UnsupportedSource(f"this version of rotator cannot mint {kind} credentials")
-        namespace = objects.namespace(policy)
+            kind = policy["spec"]["type"]
+            unsupported = UnsupportedSource(
+                f"this version of rotator cannot mint {kind} credentials"
+            )
+            return self._failed(policy, unsupported, ctx)
+        self._ensure_finalizer(policy, source)
+        minted = source.mints(policy["spec"])
+        why = refresh_reason(policy, served, source, ctx) if minted else "copy"
+        if why is None:
+            assert served is not None
+            return self._serving(policy, source, served.credential, Change.NONE, ctx)
+        try:
+            credential = source.mint(
+                MintContext(**{**ctx.__dict__, "forced": why not in ("due", "copy")})
+            )
+        except errors.CredentialError as exc:
+            if minted:
+                self._metrics.rotated(policy["spec"]["type"], ok=False)
+            return self._failed(policy, exc, ctx)
+        if minted:
+            self._metrics.rotated(policy["spec"]["type"], ok=True)
+            log.info("policy.credentials_minted", why=why)
+        answered = (objects.meta(policy).get("annotations") or {}).get(
+            api.ROTATE_REQUESTED_ANNOTATION
+        )
+        change = self._write_derived(policy, credential, minted=minted, answered=answered)
+        return self._serving(policy, source, credential, change, ctx)
 
+    # --- derived Secret ----------------------------------------------------------------------
+
+    def _derived_key(self, policy: api.Policy) -> objects.ObjectKey:
+        md = policy["metadata"]
+        return objects.make_key(md["namespace"], api.derived_secret_name(md["name"]))
+
+    def _secret_getter(self, namespace: str) -> Any:
         def secret_data(name: str) -> Mapping[str, str] | None:
             secret = self._secrets.get(namespace, name)
             return None if secret is None else dict(secret.get("data") or {})
 
-        return source.mint(MintContext(policy, secret_data))
+        return secret_data
 
-    def _ensure_derived_secret(self, policy: api.Policy, credential: Credential) -> Change:
+    def _write_derived(
+        self, policy: api.Policy, credential: Credential, *, minted: bool, answered: str | None
+    ) -> Change:
         """Writes the derived Secret if it differs from the cached one; says what changed."""
-        desired = derived_secret(policy, credential)
+        desired = derived.build(policy, credential, minted=minted, answered_request=answered)
         md = desired["metadata"]
-        actual = self._managed.get(objects.make_key(md["namespace"], md["name"]))
+        actual = self._managed.get(self._derived_key(policy))
+        ours = (
+            {
+                k
+                for k in (objects.meta(actual).get("annotations") or {})
+                if k.startswith("rotator.dev/") or k.startswith(api.STATE_ANNOTATION_PREFIX)
+            }
+            if actual
+            else set()
+        )
         if actual is None:
             change = Change.CREATED
         elif (actual.get("data") or {}) != desired["data"]:
             change = Change.ROTATED
-        elif not apply.subset(md, actual.get("metadata")) or (
-            api.EXPIRATION_ANNOTATION not in md["annotations"]
-            and api.EXPIRATION_ANNOTATION in (objects.meta(actual).get("annotations") or {})
-        ):
-            change = Change.REPAIRED  # edited by someone: put our metadata back
+        elif not apply.subset(md, actual.get("metadata")) or ours - set(md["annotations"]):
+            change = Change.REPAIRED  # metadata edited, or state that no longer applies
         else:
             return Change.NONE
         apply.apply(
@@ -131,53 +175,107 @@ class PolicyReconciler:
         log.info("policy.derived_secret_written", secret=md["name"], change=change.value)
         return change
 
-    # --- status ------------------------------------------------------------------------------
+    # --- outcomes ----------------------------------------------------------------------------
 
-    def _record_success(
-        self, policy: api.Policy, credential: Credential, change: Change, now: float
-    ) -> None:
-        old = policy.get("status") or {}
+    def _serving(
+        self,
+        policy: api.Policy,
+        source: CredentialSource,
+        credential: Credential,
+        change: Change,
+        ctx: MintContext,
+    ) -> Result:
+        now = ctx.now
+        due = (
+            source.due_at(MintContext(**{**ctx.__dict__, "current": credential}))
+            if source.mints(policy["spec"])
+            else None
+        )
         name = api.derived_secret_name(objects.name(policy))
         message = f"credentials are in Secret {name}"
         if credential.expires_at is not None:
             message += f", valid until {clocks.rfc3339(credential.expires_at)}"
+        if due is not None:
+            message += f", next refresh at {clocks.rfc3339(due)}"
+        old = policy.get("status") or {}
         fields: dict[str, Any] = {"derivedSecretName": name, "failedAttempts": 0}
-        new_data = change in (Change.CREATED, Change.ROTATED)
-        last_rotation = clocks.rfc3339(now) if new_data else old.get("lastRotationTime")
+        issued = (
+            credential.issued_at
+            if credential.issued_at is not None
+            else (now if change in (Change.CREATED, Change.ROTATED) else None)
+        )
+        last_rotation = (
+            clocks.rfc3339(issued) if issued is not None else old.get("lastRotationTime")
+        )
         if last_rotation:
             fields["lastRotationTime"] = last_rotation
         if credential.expires_at is not None:
             fields["expirationTime"] = clocks.rfc3339(credential.expires_at)
+        if due is not None:
+            fields["renewalTime"] = clocks.rfc3339(due)
         if "lastFailureTime" in old:
             fields["lastFailureTime"] = old["lastFailureTime"]
-        updates = [
-            true(ACCEPTED, "Accepted", "the spec is valid"),
-            true(READY, "CredentialsReady", message),
-        ]
-        self._write_status(policy, fields, updates, now)
+        self._write_status(
+            policy,
+            fields,
+            [
+                true(ACCEPTED, "Accepted", "the spec is valid"),
+                true(READY, "CredentialsReady", message),
+            ],
+            now,
+        )
         if change is Change.ROTATED:
             self._recorder.event(
                 policy, events.NORMAL, "CredentialsRotated", f"new credentials in Secret {name}"
             )
+        self._metrics.served(
+            Request.for_object(policy),
+            policy["spec"]["type"],
+            expires_at=credential.expires_at,
+            renews_at=due,
+        )
+        self._notify_targets(policy)
+        return Result(requeue_after=max(0.001, due - now)) if due is not None else Result()
 
-    def _record_failure(self, policy: api.Policy, exc: errors.CredentialError, now: float) -> float:
+    def _failed(self, policy: api.Policy, exc: errors.CredentialError, ctx: MintContext) -> Result:
+        now = ctx.now
         old: dict[str, Any] = dict(policy.get("status") or {})
         attempts = int(old.get("failedAttempts") or 0) + 1
         fields: dict[str, Any] = {
             k: v for k, v in old.items() if k not in ("conditions", "failedAttempts")
         }
         fields.update(failedAttempts=attempts, lastFailureTime=clocks.rfc3339(now))
+        current = ctx.current
+        valid = current is not None and (current.expires_at is None or now < current.expires_at)
         accepted = (
             false(ACCEPTED, exc.reason, str(exc))
             if isinstance(exc, UnsupportedSource)
             else true(ACCEPTED, "Accepted", "the spec is valid")
         )
-        ready = false(READY, exc.reason, str(exc))
+        expires_at = current.expires_at if current is not None else None
+        delay = schedule.retry_delay(attempts, now=now, expires_at=expires_at)
+        if valid and expires_at is not None:
+            delay = min(delay, max(0.001, expires_at - now))  # turn Expired on time
+        retry = f"retrying at {clocks.rfc3339(now + delay)}"
+        if valid and source_mints(self._sources, policy):
+            until = f"valid until {clocks.rfc3339(expires_at)}" if expires_at else "still valid"
+            ready = true(
+                READY,
+                "RotationFailed",
+                f"the served credentials are {until}; the last refresh failed: {exc}; {retry}",
+            )
+        elif current is not None and not valid:
+            ready = false(
+                READY,
+                "Expired",
+                f"the credentials expired at {clocks.rfc3339(expires_at or now)}; "
+                f"refresh failing: {exc}; {retry}",
+            )
+        else:
+            ready = false(READY, exc.reason, str(exc))
         self._write_status(policy, fields, [accepted, ready], now)
-        expires = old.get("expirationTime")
-        delay = schedule.retry_delay(
-            attempts, now=now, expires_at=clocks.parse_rfc3339(expires) if expires else None
-        )
+        if attempts == 1 and source_mints(self._sources, policy):
+            self._recorder.event(policy, events.WARNING, "RotationFailed", f"{exc}; {retry}")
         log.warning(
             "policy.credentials_failed",
             reason=exc.reason,
@@ -185,7 +283,8 @@ class PolicyReconciler:
             attempts=attempts,
             retry_in=round(delay, 2),
         )
-        return delay
+        self._notify_targets(policy)
+        return Result(requeue_after=delay)
 
     def _write_status(
         self, policy: api.Policy, fields: dict[str, Any], updates: list[conditions.Cond], now: float
@@ -206,35 +305,77 @@ class PolicyReconciler:
         for ref in policy["spec"].get("targetRefs") or []:
             self._to_backends.send(Request(namespace, ref["name"]))
 
+    # --- finalizers --------------------------------------------------------------------------
 
-def derived_secret(policy: api.Policy, credential: Credential) -> dict[str, Any]:
-    """The derived Secret (DESIGN §3): name, labels, annotations, owner, data."""
-    annotations = {api.CREDENTIAL_HASH_ANNOTATION: credential.content_hash}
-    if credential.expires_at is not None:
-        annotations[api.EXPIRATION_ANNOTATION] = clocks.rfc3339(credential.expires_at)
-    md = objects.meta(policy)
-    return {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": {
-            "name": api.derived_secret_name(md["name"]),
-            "namespace": md["namespace"],
-            "labels": {api.MANAGED_BY_LABEL: api.MANAGED_BY, "rotator.dev/policy": md["name"]},
-            "annotations": annotations,
-            "ownerReferences": [owner_reference(policy, "BackendSecurityPolicy")],
-        },
-        "type": "Opaque",
-        "data": {k: base64.b64encode(v).decode() for k, v in credential.data.items()},
-    }
+    def _ensure_finalizer(self, policy: api.Policy, source: CredentialSource) -> None:
+        wanted = source.finalizer(policy["spec"])
+        if wanted is None or wanted in (objects.meta(policy).get("finalizers") or []):
+            return
+        self._apply_finalizers(policy, [wanted])
+
+    def _finalize(self, policy: api.Policy, source: CredentialSource | None) -> None:
+        finalizers = objects.meta(policy).get("finalizers") or []
+        ours = [f for f in finalizers if f == api.FINALIZER_IAM_KEY]
+        if not ours:
+            return
+        if source is not None:
+            served = derived.read(self._managed.get(self._derived_key(policy)))
+            ctx = MintContext(
+                policy,
+                self._secret_getter(objects.namespace(policy)),
+                now=self._clock.now(),
+                current=served.credential if served else None,
+            )
+            try:
+                source.release(ctx)
+            except errors.CredentialError as exc:
+                if exc.transient:
+                    raise  # retried with backoff; the policy waits for its keys to be deleted
+                self._recorder.event(
+                    policy,
+                    events.WARNING,
+                    "ReleaseFailed",
+                    f"could not give back external credentials: {exc}",
+                )
+        self._apply_finalizers(policy, [])
+        log.info("policy.finalized")
+
+    def _apply_finalizers(self, policy: api.Policy, finalizers: list[str]) -> None:
+        apply.apply(
+            self._api,
+            api.POLICIES,
+            {
+                "apiVersion": api.API_VERSION,
+                "kind": "BackendSecurityPolicy",
+                "metadata": {
+                    "name": objects.name(policy),
+                    "namespace": objects.namespace(policy),
+                    "finalizers": finalizers,
+                },
+            },
+            field_manager=api.FIELD_MANAGER,
+        )
 
 
-def owner_reference(owner: Mapping[str, Any], kind: str) -> objects.OwnerReference:
-    md = objects.meta(owner)
-    return {
-        "apiVersion": api.API_VERSION,
-        "kind": kind,
-        "name": md["name"],
-        "uid": md["uid"],
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
+def refresh_reason(
+    policy: api.Policy, served: derived.Served | None, source: CredentialSource, ctx: MintContext
+) -> str | None:
+    """Why a minted credential must be replaced now, or None to keep serving it."""
+    if served is None:
+        return "missing"
+    if not served.intact:
+        return "edited"
+    if served.spec_hash != derived.spec_hash(policy["spec"]):
+        return "spec changed"
+    requested = (objects.meta(policy).get("annotations") or {}).get(api.ROTATE_REQUESTED_ANNOTATION)
+    if requested and requested != served.answered_request:
+        return "rotation requested"
+    due = source.due_at(ctx)
+    if due is not None and ctx.now >= due:
+        return "due"
+    return None
+
+
+def source_mints(sources: Mapping[str, CredentialSource], policy: api.Policy) -> bool:
+    source = sources.get(policy["spec"]["type"])
+    return source is not None and source.mints(policy["spec"])

@@ -17,7 +17,7 @@ import structlog
 from controllers.reconcilers import api, conditions, routeconfig, status
 from controllers.reconcilers.backend import policies_for
 from controllers.reconcilers.conditions import false, true
-from controllers.reconcilers.policy import owner_reference
+from controllers.reconcilers.derived import owner_reference
 from controllers.runtime import apply, events, objects
 from controllers.runtime import client as clients
 from controllers.runtime import clock as clocks

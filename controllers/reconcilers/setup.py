@@ -21,10 +21,12 @@ from typing import Any
 
 from controllers.reconcilers import api, conditions, indexes
 from controllers.reconcilers.backend import BackendReconciler
-from controllers.reconcilers.credentials import CredentialSource
+from controllers.reconcilers.credentials import APIKeySource, AWSCredentialsSource, CredentialSource
+from controllers.reconcilers.metrics import CredentialMetrics
 from controllers.reconcilers.policy import PolicyReconciler
 from controllers.reconcilers.route import RouteReconciler
 from controllers.reconcilers.secret import SecretReconciler
+from controllers.reconcilers.tokens import ServiceAccountTokens
 from controllers.runtime import clock as clocks
 from controllers.runtime import objects, sources
 from controllers.runtime.cache import FullObjectReader
@@ -32,22 +34,34 @@ from controllers.runtime.controller import ControllerOptions
 from controllers.runtime.manager import Manager
 from controllers.runtime.objects import Body
 from controllers.runtime.reconcile import Request
+from rotator import oidc
+from rotator.providers.aws import clients as aws_clients
 
 
 @dataclass(frozen=True)
 class ChainOptions:
     workers: int = 4
     """Concurrent reconciles per controller. Defaults to 4."""
+    policy_workers: int = 16
+    """Concurrent policy reconciles: they wait on providers, so more of them. Defaults to 16."""
+    provider_concurrency: int = 4
+    """Calls in flight to any one provider (a bulkhead: a hanging provider holds at most this
+    many policy workers). Defaults to 4."""
     channel_capacity: int = 1024
     """Keys each channel holds before senders are pushed back. Defaults to 1024."""
+    iam_key_grace_period: float = 300.0
+    """Seconds a replaced IAM access key stays valid before rotator deletes it. Defaults to 300."""
 
 
 def _spec_or_annotations_changed(old: Body | None, new: Body) -> bool:
-    """Generation (spec) or annotation changes; status-only updates are our own writes."""
+    """Generation (spec), annotations or deletion; status-only updates are our own writes."""
     if sources.generation_changed(old, new):
         return True
     assert old is not None
-    return objects.meta(old).get("annotations") != objects.meta(new).get("annotations")
+    before, after = objects.meta(old), objects.meta(new)
+    return any(
+        before.get(k) != after.get(k) for k in ("annotations", "deletionTimestamp", "finalizers")
+    )
 
 
 def _spec_or_readiness_changed(old: Body | None, new: Body) -> bool:
@@ -65,22 +79,39 @@ def _summary(condition: api.Condition | None) -> tuple[str, str] | None:
     return None if condition is None else (condition["status"], condition["message"])
 
 
+def credential_sources(
+    mgr: Manager, metrics: CredentialMetrics, options: ChainOptions
+) -> dict[str, CredentialSource]:
+    """One source per policy type, with the provider clients they share."""
+    return {
+        "APIKey": APIKeySource(),
+        "AWSCredentials": AWSCredentialsSource(
+            clients=aws_clients.Clients(metrics, concurrency=options.provider_concurrency),
+            tokens=oidc.TokenSource(observer=metrics, concurrency=options.provider_concurrency),
+            service_accounts=ServiceAccountTokens(mgr.api, metrics),
+            iam_grace=options.iam_key_grace_period,
+        ),
+    }
+
+
 def register(
     mgr: Manager,
     *,
-    credential_sources: Mapping[str, CredentialSource],
     options: ChainOptions | None = None,
+    by_type: Mapping[str, CredentialSource] | None = None,
     clock: clocks.Clock | None = None,
 ) -> None:
     o = options or ChainOptions()
     clock = clock or clocks.RealClock()
+    metrics = CredentialMetrics(mgr.metrics.registry)
+    credential_sources_ = by_type if by_type is not None else credential_sources(mgr, metrics, o)
     cache = mgr.cache
     all_secrets = cache.informer(objects.SECRETS, metadata_only=True)
     managed = cache.informer(objects.SECRETS, label_selector=api.MANAGED_SELECTOR)
     policies = cache.informer(api.POLICIES)
     backends = cache.informer(api.BACKENDS)
     routes = cache.informer(api.ROUTES)
-    policies.add_index(indexes.POLICY_BY_SECRET, indexes.policy_secrets(credential_sources))
+    policies.add_index(indexes.POLICY_BY_SECRET, indexes.policy_secrets(credential_sources_))
     policies.add_index(indexes.POLICY_BY_BACKEND, indexes.policy_backends)
     routes.add_index(indexes.ROUTE_BY_BACKEND, indexes.route_backends)
 
@@ -98,12 +129,15 @@ def register(
         policies=policies.store,
         managed_secrets=managed.store,
         secrets=FullObjectReader(mgr.api, all_secrets),
-        sources=credential_sources,
+        sources=credential_sources_,
         recorder=mgr.recorder,
+        metrics=metrics,
         to_backends=to_backends,
         clock=clock,
     )
-    c = mgr.new_controller("backendsecuritypolicy", policy, controller_options)
+    c = mgr.new_controller(
+        "backendsecuritypolicy", policy, ControllerOptions(workers=o.policy_workers)
+    )
     c.watch(sources.Kind(policies, _spec_or_annotations_changed))
     c.watch(sources.Owned(managed, api.POLICIES))
     c.watch(sources.ChannelSource(to_policies))

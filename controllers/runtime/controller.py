@@ -184,6 +184,9 @@ class Controller:
                 total.labels(self.name, "requeue_after").inc()
                 self._log.debug("reconcile.done", requeue_after=round(after, 3))
             case Result():
+                # The reconcile saw the whole world and needs no later look: a timer left by an
+                # earlier reconcile (a renewal of a policy now deleted) is stale.
+                self.queue.cancel(request)
                 self.queue.forget(request)
                 total.labels(self.name, "success").inc()
                 self._log.debug("reconcile.done")

@@ -52,6 +52,12 @@ class DelayingQueue(queue.Queue[T]):
             self._waiting[item] = due
             self._timers.call_at(self._job_id(item), due, lambda: self._fire(item, due))
 
+    def cancel(self, item: T) -> None:
+        """Drops ``item``'s pending delayed add, if any (its timer job is removed)."""
+        with self._wait_lock:
+            if self._waiting.pop(item, None) is not None:
+                self._timers.cancel(self._job_id(item))
+
     def waiting(self) -> dict[T, float]:
         """Every item with a pending delayed add, and when (epoch seconds) it will be added."""
         with self._wait_lock:

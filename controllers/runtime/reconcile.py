@@ -3,7 +3,8 @@
 A reconciler gets a :class:`Request` (which object to look at, not what happened to it), reads the
 world from the cache, makes it right, and either returns a :class:`Result` or raises:
 
-* ``Result()`` — done; the object's backoff is forgotten.
+* ``Result()`` — done; the object's backoff is forgotten, and a requeue an earlier reconcile
+  asked for is cancelled (this reconcile saw the current state and needs no later look).
 * ``Result(requeue_after=d)`` — done for now; reconcile again after exactly ``d`` seconds,
   bypassing the rate limiter. Of several pending times for one object the earliest wins. This is
   the only way to ask for a requeue.

@@ -3,24 +3,34 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 import uuid
 from collections.abc import Iterator
 
 import pytest
+from moto.server import ThreadedMotoServer
 
 from controllers.controlplane import assets
-from controllers.controlplane.cluster import ControlPlaneOptions, LocalControlPlane
+from controllers.controlplane.cluster import (
+    SERVICE_ACCOUNT_ISSUER,
+    ControlPlaneOptions,
+    LocalControlPlane,
+)
 from controllers.runtime import client as clients
 from controllers.runtime import errors, objects, restconfig
 from tests.support import audit
-from tests.support.chain import Chain
+from tests.support.chain import AWSChain, Chain
 from tests.support.controller import (
     ControllerProcess,
     install_crds,
     install_rbac,
     service_account_kubeconfig,
 )
+from tests.support.oidc_issuer import OIDCIssuer
+from tests.support.sts_proxy import STSProxy
+
+ROLE_ARN = "arn:aws:iam::123456789012:role/bedrock"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -75,16 +85,58 @@ def installed(control_plane: LocalControlPlane, api: clients.Client) -> None:
 
 
 @pytest.fixture(scope="session")
+def moto() -> Iterator[str]:
+    """moto in server mode on loopback: STS and IAM."""
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def oidc_issuer() -> Iterator[OIDCIssuer]:
+    issuer = OIDCIssuer().start()
+    yield issuer
+    issuer.stop()
+
+
+@pytest.fixture(scope="session")
+def sts(moto: str, oidc_issuer: OIDCIssuer, api: clients.Client) -> Iterator[STSProxy]:
+    """STS as the controller sees it: moto behind a proxy that checks web identity tokens (from
+    the OIDC issuer and from the API server's service-account issuer) and shortens sessions."""
+    proxy = STSProxy(moto, lifetime=60).start()
+    proxy.trust(oidc_issuer.issuer, oidc_issuer.jwks(), "sts.amazonaws.com")
+    jwks = api.request("GET", "/openid/v1/jwks", accept="application/jwk-set+json")
+    proxy.trust(SERVICE_ACCOUNT_ISSUER, jwks, "sts.amazonaws.com")
+    proxy.roles.add(ROLE_ARN)
+    yield proxy
+    proxy.stop()
+
+
+@pytest.fixture(scope="session")
 def controller(
     control_plane: LocalControlPlane,
     api: clients.Client,
     installed: None,
+    moto: str,
+    sts: STSProxy,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[ControllerProcess]:
-    """``rotator run`` as the controller's ServiceAccount, shared by the chain tests."""
+    """``rotator run`` as the controller's ServiceAccount, shared by the chain tests; AWS calls
+    go to moto (IAM) and the STS proxy."""
     workdir = tmp_path_factory.mktemp("controller")
     kubeconfig = service_account_kubeconfig(control_plane, api, workdir / "kubeconfig")
-    process = ControllerProcess(kubeconfig, workdir).start()
+    env = {
+        "AWS_ENDPOINT_URL_STS": sts.url,
+        "AWS_ENDPOINT_URL_IAM": moto,
+        "AWS_EC2_METADATA_DISABLED": "true",
+        "AWS_ACCESS_KEY_ID": "",
+        "AWS_SECRET_ACCESS_KEY": "",
+    }
+    process = ControllerProcess(kubeconfig, workdir, env=env, args=("--iam-key-grace-period", "5"))
+    process.start()
     yield process
     if process.proc is not None:
         process.stop()
@@ -98,7 +150,7 @@ def chain(api: clients.Client, namespace: str, controller: ControllerProcess) ->
     assert controller.proc.popen.poll() is None, (
         f"the controller exited: {controller.logs()[-3000:]}"
     )
-    built = Chain(api, namespace)
+    built = AWSChain(api, namespace)
     yield built
     leaks = built.leaks(controller.logs())
     assert not leaks, leaks

@@ -11,7 +11,9 @@ import yaml
 
 from controllers.reconcilers import api as rapi
 from controllers.runtime import client as clients
+from controllers.runtime import clock as clocks
 from controllers.runtime import errors, objects
+from rotator import formats
 from tests.support.polling import wait_for
 
 KINDS = {"policy": rapi.POLICIES, "backend": rapi.BACKENDS, "route": rapi.ROUTES}
@@ -193,3 +195,36 @@ class Chain:
                 if any(n in text for n in needles):
                     found.append(f"a secret value of length {len(value)} appears in the {place}")
         return found
+
+
+class AWSChain(Chain):
+    """Chains whose policies mint AWS credentials."""
+
+    def aws_policy(
+        self, name: str, targets: list[str], source: dict[str, Any], region: str = "us-east-1"
+    ) -> None:
+        self.create(
+            "policy",
+            name,
+            {
+                "type": "AWSCredentials",
+                "targetRefs": [{"name": t} for t in targets],
+                "awsCredentials": {"region": region, **source},
+            },
+        )
+
+    def aws_keys(self, policy: str) -> formats.AWSKeys | None:
+        """The keys in a policy's derived Secret (remembered as secrets for the leak scan)."""
+        data = self.secret_data(rapi.derived_secret_name(policy))
+        if data is None:
+            return None
+        keys = formats.parse_aws_credentials(data["credentials"], profile="default", where="test")
+        self.remember(keys.secret_access_key, *([keys.session_token] if keys.session_token else []))
+        return keys
+
+    def expiration(self, policy: str) -> float | None:
+        secret = self.get("secret", rapi.derived_secret_name(policy))
+        if secret is None:
+            return None
+        value = secret["metadata"].get("annotations", {}).get(rapi.EXPIRATION_ANNOTATION)
+        return None if value is None else clocks.parse_rfc3339(value)

@@ -85,9 +85,18 @@ def service_account_kubeconfig(
 class ControllerProcess:
     """``rotator run`` against the test control plane; start, stop, restart, inspect."""
 
-    def __init__(self, kubeconfig: Path, workdir: Path) -> None:
+    def __init__(
+        self,
+        kubeconfig: Path,
+        workdir: Path,
+        *,
+        env: dict[str, str] | None = None,
+        args: tuple[str, ...] = (),
+    ) -> None:
         self.kubeconfig = kubeconfig
         self.workdir = workdir
+        self.env = env or {}
+        self.args = args
         self.proc: Proc | None = None
         self.runs = 0
 
@@ -100,6 +109,7 @@ class ControllerProcess:
             "--metrics-bind-address", f"127.0.0.1:{metrics}",
             "--health-probe-bind-address", f"127.0.0.1:{probes}",
             "--log-level", "debug",
+            *self.args,
             *extra,
         ]  # fmt: skip
         if leader_elect:
@@ -109,6 +119,7 @@ class ControllerProcess:
             self.workdir / f"controller-{self.runs}.log",
             metrics_port=metrics,
             probe_port=probes,
+            env=self.env,
         )
         wait_for(
             lambda: self.proc is not None and self.proc.http(probes, "/readyz")[0] == 200,

@@ -165,3 +165,14 @@ def test_stop_finishes_in_flight_reconciles(scheduler) -> None:
     release.set()
     stopper.join(10)
     assert finished.is_set(), "the in-flight reconcile ran to its end"
+
+
+def test_result_without_requeue_cancels_an_earlier_requeue(scheduler) -> None:
+    r = Scripted({"a": lambda n: Result(requeue_after=60) if n == 1 else Result()})
+    c, _ = run(scheduler, r, "a")
+    wait_for(lambda: Request("ns", "a") in c.queue.waiting(), what="a requeue scheduled")
+    c.queue.add(Request("ns", "a"))
+    wait_for(lambda: r.count("a") == 2, what="reconciled again on an event")
+    wait_for(lambda: c.queue.waiting() == {}, what="the stale timer is gone")
+    assert scheduler.get_jobs() == []
+    c.stop(5)

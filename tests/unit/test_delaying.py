@@ -80,3 +80,14 @@ def test_rate_limited_adds_back_off_and_forget_resets() -> None:
     assert q.num_requeues("a") == 2
     q.forget("a")
     assert q.num_requeues("a") == 0
+
+
+def test_cancel_removes_the_pending_timer() -> None:
+    q, clock, timers = make()
+    q.add_after("a", 5)
+    q.cancel("a")
+    assert q.waiting() == {}
+    assert timers.scheduled() == {}
+    clock.advance(10)
+    assert timers.fire_due() == 0
+    assert len(q) == 0

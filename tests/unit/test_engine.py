@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from rotator import errors, formats, schedule
 from rotator.credentials import Credential
-from rotator.providers import apikey, aws_file
+from rotator.providers import apikey
+from rotator.providers.aws import file as aws_file
 
 SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
 

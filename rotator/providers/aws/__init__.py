@@ -1,0 +1,1 @@
+"""AWS credentials: static files, STS web-identity sessions, and rotated IAM user keys."""

@@ -1,0 +1,98 @@
+"""A base for the local HTTP stand-ins (OIDC issuer, STS proxy, GCP and Azure endpoints): a
+threaded server on a free loopback port, request counting, and switchable failure modes."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Self
+
+
+class Stub:
+    """``mode`` is ``ok``, ``fail`` (503) or ``hang`` (answers after ``hang_seconds``, or when
+    the mode changes back)."""
+
+    def __init__(self) -> None:
+        self.mode = "ok"
+        self.hang_seconds = 60.0
+        self.counts: Counter[str] = Counter()
+        self._lock = threading.Lock()
+        self._released = threading.Event()
+        stub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                stub._dispatch(self, "GET")
+
+            def do_POST(self) -> None:
+                stub._dispatch(self, "POST")
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def start(self) -> Self:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.set_mode("ok")
+        self._server.shutdown()
+        self._server.server_close()
+
+    def set_mode(self, mode: str) -> None:
+        assert mode in ("ok", "fail", "hang")
+        with self._lock:
+            self.mode = mode
+            if mode == "hang":
+                self._released.clear()
+            else:
+                self._released.set()
+
+    def count(self, what: str) -> int:
+        with self._lock:
+            return self.counts[what]
+
+    def _dispatch(self, handler: BaseHTTPRequestHandler, method: str) -> None:
+        length = int(handler.headers.get("Content-Length") or 0)
+        body = handler.rfile.read(length) if length else b""
+        with self._lock:
+            mode = self.mode
+        if mode == "hang":
+            self._released.wait(self.hang_seconds)
+        if mode == "fail":
+            self.reply(handler, 503, self.failure_body(), self.failure_content_type())
+            self.counted("failed")
+            return
+        self.handle(handler, method, body)
+
+    def counted(self, what: str) -> None:
+        with self._lock:
+            self.counts[what] += 1
+
+    # --- for subclasses ----------------------------------------------------------------------
+
+    def handle(self, handler: BaseHTTPRequestHandler, method: str, body: bytes) -> None:
+        raise NotImplementedError
+
+    def failure_body(self) -> bytes:
+        return b'{"error": "temporarily_unavailable"}'
+
+    def failure_content_type(self) -> str:
+        return "application/json"
+
+    @staticmethod
+    def reply(handler: BaseHTTPRequestHandler, status: int, body: bytes, content_type: str) -> None:
+        handler.send_response(status)
+        handler.send_header("Content-Type", content_type)
+        handler.send_header("Content-Length", str(len(body)))
+        handler.end_headers()
+        handler.wfile.write(body)
