@@ -51,4 +51,5 @@ clean:
 
 ## bench: propagation latency and steady-state API requests (prints figures, asserts nothing)
 bench: venv
-	@assets=$$(hack/testenv.sh | tail -n 1) && KUBEBUILDER_ASSETS="$$assets" $(BIN)/python -m tests.bench.propagation
+	@assets=$$(hack/testenv.sh | tail -n 1) && export KUBEBUILDER_ASSETS="$$assets" && \
+		$(BIN)/python -m tests.bench.propagation && $(BIN)/python -m tests.bench.rotation

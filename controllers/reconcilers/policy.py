@@ -17,7 +17,9 @@ capped, denser as expiry nears — never a hot loop.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
+import math
 from collections.abc import Mapping
 from typing import Any, cast
 
@@ -119,6 +121,7 @@ class PolicyReconciler:
             if minted:
                 self._metrics.rotated(policy["spec"]["type"], ok=False)
             return self._failed(policy, exc, ctx)
+        credential = whole_seconds(credential)
         if minted:
             self._metrics.rotated(policy["spec"]["type"], ok=True)
             log.info("policy.credentials_minted", why=why)
@@ -187,7 +190,7 @@ class PolicyReconciler:
     ) -> Result:
         now = ctx.now
         due = (
-            source.due_at(MintContext(**{**ctx.__dict__, "current": credential}))
+            due_at(source, MintContext(**{**ctx.__dict__, "current": credential}))
             if source.mints(policy["spec"])
             else None
         )
@@ -357,6 +360,22 @@ class PolicyReconciler:
         )
 
 
+def whole_seconds(credential: Credential) -> Credential:
+    """Times as the derived Secret's annotations hold them (RFC 3339, whole seconds; expiry
+    rounded down), so the schedule computed now equals the one computed from the cache later."""
+    return dataclasses.replace(
+        credential,
+        issued_at=math.floor(credential.issued_at) if credential.issued_at is not None else None,
+        expires_at=math.floor(credential.expires_at) if credential.expires_at is not None else None,
+    )
+
+
+def due_at(source: CredentialSource, ctx: MintContext) -> float | None:
+    """The source's due time in whole seconds (rounded down: never later), as status shows it."""
+    due = source.due_at(ctx)
+    return None if due is None else float(math.floor(due))
+
+
 def refresh_reason(
     policy: api.Policy, served: derived.Served | None, source: CredentialSource, ctx: MintContext
 ) -> str | None:
@@ -370,7 +389,7 @@ def refresh_reason(
     requested = (objects.meta(policy).get("annotations") or {}).get(api.ROTATE_REQUESTED_ANNOTATION)
     if requested and requested != served.answered_request:
         return "rotation requested"
-    due = source.due_at(ctx)
+    due = due_at(source, ctx)
     if due is not None and ctx.now >= due:
         return "due"
     return None

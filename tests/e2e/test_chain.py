@@ -213,8 +213,13 @@ def test_two_policies_on_one_backend_conflict(chain: Chain) -> None:
     wait_for(lambda: credential_value(chain, "chat", "openai") == KEY_1, what="conflict resolved")
 
 
+RUNNABLE_HERE = ("apikey.yaml", "aws_credentials_file.yaml", "aws_service_account_token.yaml")
+"""Samples that work against the test's stand-ins; the OIDC and IAM samples name an example
+identity provider and account, and are only validated."""
+
+
 def test_the_samples_reconcile(chain: Chain) -> None:
-    docs = manifests.load(manifests.CONFIG / "samples")
+    docs = [d for f in RUNNABLE_HERE for d in manifests.load_file(manifests.CONFIG / "samples" / f)]
     for doc in docs:
         if doc["kind"] == "Secret":
             chain.remember(*(v for v in doc["stringData"].values() if "replace-me" not in v))
@@ -226,3 +231,13 @@ def test_the_samples_reconcile(chain: Chain) -> None:
         if doc["kind"] == "Route":
             chain.wait_condition("route", name, "Programmed", "True")
             chain.wait_condition("route", name, "ResolvedRefs", "True")
+
+
+def test_every_sample_is_valid(chain: Chain) -> None:
+    for doc in manifests.load(manifests.CONFIG / "samples"):
+        if doc["kind"] == "Secret":
+            continue
+        resource = manifests.KINDS[doc["kind"]]
+        chain.api.request(
+            "POST", resource.path(namespace=chain.ns), query=[("dryRun", "All")], body=doc
+        )

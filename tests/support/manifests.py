@@ -47,10 +47,11 @@ KINDS: dict[str, Resource] = {
 def load(folder: Path) -> list[dict[str, Any]]:
     """The documents a kustomization lists (resources only), in order."""
     kustomization = yaml.safe_load((folder / "kustomization.yaml").read_text())
-    docs: list[dict[str, Any]] = []
-    for resource in kustomization["resources"]:
-        docs += [d for d in yaml.safe_load_all((folder / resource).read_text()) if d]
-    return docs
+    return [d for resource in kustomization["resources"] for d in load_file(folder / resource)]
+
+
+def load_file(path: Path) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d]
 
 
 def kustomize(
