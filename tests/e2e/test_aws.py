@@ -388,3 +388,28 @@ def test_credential_metrics_are_exported_and_dropped_with_the_policy(
         ),
         what="series removed",
     )
+
+
+def test_a_hanging_sts_does_not_delay_other_policies(chain: AWSChain, sts: STSProxy) -> None:
+    sts.hang_seconds = 30
+    sts.set_mode("hang")
+    try:
+        for i in range(10):
+            chain.aws_policy(f"stuck{i}", [], sa_source("default"))
+        received = sts.count("received")
+        wait_for(lambda: sts.count("received") >= received + 4, what="STS calls hanging")
+        started = time.time()
+        chain.secret("key", apiKey="sk-isolation-test-value")
+        chain.api_key_policy("fast", secret="key", targets=[])
+        chain.wait_condition("policy", "fast", "Ready", "True", timeout=20)
+        took = time.time() - started
+        print(
+            f"\nan API key policy became Ready in {took:.2f} s while 10 policies wait on a hanging STS"
+        )
+        assert took < 10
+        failing = chain.wait_condition("policy", "stuck0", "Ready", "False", timeout=60)
+        assert failing["reason"] == "ProviderUnavailable"
+    finally:
+        sts.set_mode("ok")
+        sts.hang_seconds = 60
+    chain.wait_condition("policy", "stuck9", "Ready", "True", timeout=120)

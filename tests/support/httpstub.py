@@ -64,6 +64,7 @@ class Stub:
     def _dispatch(self, handler: BaseHTTPRequestHandler, method: str) -> None:
         length = int(handler.headers.get("Content-Length") or 0)
         body = handler.rfile.read(length) if length else b""
+        self.counted("received")
         with self._lock:
             mode = self.mode
         if mode == "hang":
