@@ -31,6 +31,8 @@ from controllers.runtime import client as clients
 from controllers.runtime import leaderelection, manager, restconfig
 from controllers.runtime import metrics as metric_families
 from controllers.runtime.informer import InformerOptions
+from rotator.providers import azure
+from rotator.providers.gcp import common as gcp_common
 
 log = structlog.get_logger("rotator")
 
@@ -82,6 +84,29 @@ def _add_run_flags(p: argparse.ArgumentParser, *, with_kubeconfig: bool = True) 
         type=float,
         default=300.0,
         help="seconds a replaced IAM access key stays valid before deletion (default 300)",
+    )
+    gcp = gcp_common.Endpoints()
+    p.add_argument(
+        "--gcp-sts-endpoint",
+        default=os.environ.get("ROTATOR_GCP_STS_ENDPOINT", gcp.sts_url),
+        help=f"Google STS token endpoint (env ROTATOR_GCP_STS_ENDPOINT; default {gcp.sts_url})",
+    )
+    p.add_argument(
+        "--gcp-iam-credentials-endpoint",
+        default=os.environ.get("ROTATOR_GCP_IAM_CREDENTIALS_ENDPOINT", gcp.iam_credentials_url),
+        help="Google IAM credentials API (env ROTATOR_GCP_IAM_CREDENTIALS_ENDPOINT; "
+        f"default {gcp.iam_credentials_url})",
+    )
+    p.add_argument(
+        "--gcp-token-uri",
+        default=os.environ.get("ROTATOR_GCP_TOKEN_URI"),
+        help="replaces the token_uri of service-account keys (env ROTATOR_GCP_TOKEN_URI)",
+    )
+    p.add_argument(
+        "--azure-authority-host",
+        default=os.environ.get("ROTATOR_AZURE_AUTHORITY_HOST", azure.DEFAULT_AUTHORITY),
+        help="Azure AD authority host (env ROTATOR_AZURE_AUTHORITY_HOST; "
+        f"default {azure.DEFAULT_AUTHORITY})",
     )
     p.add_argument(
         "--sync-period",
@@ -163,7 +188,14 @@ def _run(args: argparse.Namespace, *, kubeconfig: str | None) -> int:
     setup.register(
         mgr,
         options=setup.ChainOptions(
-            workers=args.workers, iam_key_grace_period=args.iam_key_grace_period
+            workers=args.workers,
+            iam_key_grace_period=args.iam_key_grace_period,
+            gcp_endpoints=gcp_common.Endpoints(
+                sts_url=args.gcp_sts_endpoint,
+                iam_credentials_url=args.gcp_iam_credentials_endpoint,
+                token_uri=args.gcp_token_uri,
+            ),
+            azure_authority_host=args.azure_authority_host,
         ),
     )
     stop = _stop_on_signals()

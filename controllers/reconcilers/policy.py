@@ -27,13 +27,13 @@ import structlog
 
 from controllers.reconcilers import api, conditions, derived, status
 from controllers.reconcilers.conditions import false, true
-from controllers.reconcilers.credentials import (
+from controllers.reconcilers.metrics import CredentialMetrics
+from controllers.reconcilers.sources import (
     CredentialSource,
     MintContext,
     UnsupportedSource,
     rotation_settings,
 )
-from controllers.reconcilers.metrics import CredentialMetrics
 from controllers.runtime import apply, channel, events, objects
 from controllers.runtime import client as clients
 from controllers.runtime import clock as clocks
@@ -113,23 +113,39 @@ class PolicyReconciler:
         if why is None:
             assert served is not None
             return self._serving(policy, source, served.credential, Change.NONE, ctx)
-        try:
-            credential = source.mint(
-                MintContext(**{**ctx.__dict__, "forced": why not in ("due", "copy")})
-            )
-        except errors.CredentialError as exc:
-            if minted:
-                self._metrics.rotated(policy["spec"]["type"], ok=False)
-            return self._failed(policy, exc, ctx)
-        credential = whole_seconds(credential)
+        outcome = self._mint(
+            policy, source, MintContext(**{**ctx.__dict__, "forced": why not in ("due", "copy")})
+        )
         if minted:
-            self._metrics.rotated(policy["spec"]["type"], ok=True)
+            self._metrics.rotated(
+                policy["spec"]["type"], ok=not isinstance(outcome, errors.CredentialError)
+            )
+        if isinstance(outcome, errors.CredentialError):
+            return self._failed(policy, outcome, ctx)
+        if minted and outcome.issued_at is None:  # the provider did not say: issued just now
+            outcome = dataclasses.replace(outcome, issued_at=ctx.now)
+        credential = whole_seconds(outcome)
+        if minted:
             log.info("policy.credentials_minted", why=why)
         answered = (objects.meta(policy).get("annotations") or {}).get(
             api.ROTATE_REQUESTED_ANNOTATION
         )
         change = self._write_derived(policy, credential, minted=minted, answered=answered)
         return self._serving(policy, source, credential, change, ctx)
+
+    def _mint(
+        self, policy: api.Policy, source: CredentialSource, ctx: MintContext
+    ) -> Credential | errors.CredentialError:
+        try:
+            return source.mint(ctx)
+        except errors.CredentialError as exc:
+            return exc
+        except Exception as exc:  # a provider error we failed to map: a bug, not a reason to loop
+            # Only the type is logged: unmapped exceptions may carry response bodies.
+            log.error("policy.unexpected_provider_error", error_type=type(exc).__name__)
+            return errors.ProviderUnavailable(
+                f"unexpected {type(exc).__name__} from the {policy['spec']['type']} provider"
+            )
 
     # --- derived Secret ----------------------------------------------------------------------
 
@@ -175,7 +191,7 @@ class PolicyReconciler:
             field_manager=api.FIELD_MANAGER,
             resource_version=objects.meta(actual).get("resourceVersion") if actual else None,
         )
-        log.info("policy.derived_secret_written", secret=md["name"], change=change.value)
+        log.info("policy.derived_secret_written", secret_name=md["name"], change=change.value)
         return change
 
     # --- outcomes ----------------------------------------------------------------------------

@@ -167,7 +167,7 @@ class RouteReconciler:
             field_manager=api.FIELD_MANAGER,
             resource_version=objects.meta(actual).get("resourceVersion") if actual else None,
         )
-        log.info("route.config_written", secret=name, config_hash=digest[:12])
+        log.info("route.config_written", secret_name=name, config_hash=digest[:12])
 
 
 def _resolved_refs(problems: dict[str, Unresolved]) -> conditions.Cond:

@@ -16,16 +16,20 @@ afterwards (a policy deleted or retargeted, a backend deleted).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from controllers.reconcilers import api, conditions, indexes
 from controllers.reconcilers.backend import BackendReconciler
-from controllers.reconcilers.credentials import APIKeySource, AWSCredentialsSource, CredentialSource
 from controllers.reconcilers.metrics import CredentialMetrics
 from controllers.reconcilers.policy import PolicyReconciler
 from controllers.reconcilers.route import RouteReconciler
 from controllers.reconcilers.secret import SecretReconciler
+from controllers.reconcilers.sources import CredentialSource
+from controllers.reconcilers.sources.apikey import APIKeySource
+from controllers.reconcilers.sources.aws import AWSCredentialsSource
+from controllers.reconcilers.sources.azure import AzureCredentialsSource
+from controllers.reconcilers.sources.gcp import GCPCredentialsSource
 from controllers.reconcilers.tokens import ServiceAccountTokens
 from controllers.runtime import clock as clocks
 from controllers.runtime import objects, sources
@@ -35,7 +39,9 @@ from controllers.runtime.manager import Manager
 from controllers.runtime.objects import Body
 from controllers.runtime.reconcile import Request
 from rotator import oidc
+from rotator.providers import azure
 from rotator.providers.aws import clients as aws_clients
+from rotator.providers.gcp import common as gcp_common
 
 
 @dataclass(frozen=True)
@@ -51,6 +57,10 @@ class ChainOptions:
     """Keys each channel holds before senders are pushed back. Defaults to 1024."""
     iam_key_grace_period: float = 300.0
     """Seconds a replaced IAM access key stays valid before rotator deletes it. Defaults to 300."""
+    gcp_endpoints: gcp_common.Endpoints = field(default_factory=gcp_common.Endpoints)
+    """Google STS, IAM credentials and OAuth token endpoints. Defaults to Google's."""
+    azure_authority_host: str = azure.DEFAULT_AUTHORITY
+    """Azure AD authority host. Defaults to login.microsoftonline.com."""
 
 
 def _spec_or_annotations_changed(old: Body | None, new: Body) -> bool:
@@ -83,13 +93,29 @@ def credential_sources(
     mgr: Manager, metrics: CredentialMetrics, options: ChainOptions
 ) -> dict[str, CredentialSource]:
     """One source per policy type, with the provider clients they share."""
+    concurrency = options.provider_concurrency
+    tokens = oidc.TokenSource(observer=metrics, concurrency=concurrency)
+    service_accounts = ServiceAccountTokens(mgr.api, metrics)
     return {
         "APIKey": APIKeySource(),
         "AWSCredentials": AWSCredentialsSource(
-            clients=aws_clients.Clients(metrics, concurrency=options.provider_concurrency),
-            tokens=oidc.TokenSource(observer=metrics, concurrency=options.provider_concurrency),
-            service_accounts=ServiceAccountTokens(mgr.api, metrics),
+            clients=aws_clients.Clients(metrics, concurrency=concurrency),
+            tokens=tokens,
+            service_accounts=service_accounts,
             iam_grace=options.iam_key_grace_period,
+        ),
+        "GCPCredentials": GCPCredentialsSource(
+            transport=gcp_common.Transport(metrics, concurrency=concurrency),
+            endpoints=options.gcp_endpoints,
+            tokens=tokens,
+            service_accounts=service_accounts,
+        ),
+        "AzureCredentials": AzureCredentialsSource(
+            azure=azure.Azure(
+                metrics, authority_host=options.azure_authority_host, concurrency=concurrency
+            ),
+            tokens=tokens,
+            service_accounts=service_accounts,
         ),
     }
 

@@ -20,6 +20,7 @@ from controllers.controlplane.cluster import (
 from controllers.runtime import client as clients
 from controllers.runtime import errors, objects, restconfig
 from tests.support import audit
+from tests.support.azure_standin import AzureStandIn, tls_context
 from tests.support.chain import AWSChain, Chain
 from tests.support.controller import (
     ControllerProcess,
@@ -27,6 +28,7 @@ from tests.support.controller import (
     install_rbac,
     service_account_kubeconfig,
 )
+from tests.support.gcp_standin import GCPStandIn
 from tests.support.oidc_issuer import OIDCIssuer
 from tests.support.sts_proxy import STSProxy
 
@@ -116,12 +118,44 @@ def sts(moto: str, oidc_issuer: OIDCIssuer, api: clients.Client) -> Iterator[STS
 
 
 @pytest.fixture(scope="session")
+def gcp(oidc_issuer: OIDCIssuer, api: clients.Client) -> Iterator[GCPStandIn]:
+    """Google STS, IAM credentials and OAuth token endpoints; trusts the OIDC issuer and the API
+    server's service-account issuer."""
+    standin = GCPStandIn(lifetime=60).start()
+    standin.trust.add(oidc_issuer.issuer, oidc_issuer.jwks())
+    standin.trust.add(
+        SERVICE_ACCOUNT_ISSUER,
+        api.request("GET", "/openid/v1/jwks", accept="application/jwk-set+json"),
+    )
+    yield standin
+    standin.stop()
+
+
+@pytest.fixture(scope="session")
+def azure(
+    oidc_issuer: OIDCIssuer, api: clients.Client, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[AzureStandIn]:
+    """Azure AD's v2 token endpoint over HTTPS (``azure.ca_file`` trusts it)."""
+    context, ca_file = tls_context(tmp_path_factory.mktemp("azure-tls"))
+    standin = AzureStandIn(context, ca_file, lifetime=60).start()
+    standin.trust.add(oidc_issuer.issuer, oidc_issuer.jwks())
+    standin.trust.add(
+        SERVICE_ACCOUNT_ISSUER,
+        api.request("GET", "/openid/v1/jwks", accept="application/jwk-set+json"),
+    )
+    yield standin
+    standin.stop()
+
+
+@pytest.fixture(scope="session")
 def controller(
     control_plane: LocalControlPlane,
     api: clients.Client,
     installed: None,
     moto: str,
     sts: STSProxy,
+    gcp: GCPStandIn,
+    azure: AzureStandIn,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[ControllerProcess]:
     """``rotator run`` as the controller's ServiceAccount, shared by the chain tests; AWS calls
@@ -134,6 +168,10 @@ def controller(
         "AWS_EC2_METADATA_DISABLED": "true",
         "AWS_ACCESS_KEY_ID": "",
         "AWS_SECRET_ACCESS_KEY": "",
+        "ROTATOR_GCP_STS_ENDPOINT": gcp.sts_url,
+        "ROTATOR_GCP_IAM_CREDENTIALS_ENDPOINT": gcp.url,
+        "ROTATOR_AZURE_AUTHORITY_HOST": azure.authority_host,
+        "REQUESTS_CA_BUNDLE": str(azure.ca_file),
     }
     process = ControllerProcess(kubeconfig, workdir, env=env, args=("--iam-key-grace-period", "5"))
     process.start()

@@ -3,6 +3,7 @@ threaded server on a free loopback port, request counting, and switchable failur
 
 from __future__ import annotations
 
+import ssl
 import threading
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -11,9 +12,9 @@ from typing import Any, Self
 
 class Stub:
     """``mode`` is ``ok``, ``fail`` (503) or ``hang`` (answers after ``hang_seconds``, or when
-    the mode changes back)."""
+    the mode changes back). With ``tls`` it serves HTTPS."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, tls: ssl.SSLContext | None = None) -> None:
         self.mode = "ok"
         self.hang_seconds = 60.0
         self.counts: Counter[str] = Counter()
@@ -33,11 +34,15 @@ class Stub:
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
+        self._scheme = "http"
+        if tls is not None:
+            self._server.socket = tls.wrap_socket(self._server.socket, server_side=True)
+            self._scheme = "https"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+        return f"{self._scheme}://127.0.0.1:{self._server.server_address[1]}"
 
     def start(self) -> Self:
         self._thread.start()

@@ -1,0 +1,134 @@
+"""Where credential providers plug into the policy reconciler: one :class:`CredentialSource` per
+policy ``type``, built in the composition root.
+
+A source names the Secrets a policy references (for the Secret → policy index and for
+resolution), says whether it *copies* (re-derived from those Secrets on every reconcile) or
+*mints* (a provider call, made only when needed), mints, says when its credential is next due,
+and gives back external resources when the policy goes. Adding a credential type is adding a
+source here and a provider in ``rotator.providers``; the reconciler does not change.
+
+One module per policy type: ``apikey``, ``aws``, ``gcp``, ``azure``.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from controllers.reconcilers import api
+from rotator import durations, errors, oidc, schedule
+from rotator.credentials import Credential
+
+
+class SecretNotFound(errors.InvalidInput):
+    reason = "SecretNotFound"
+
+
+class UnsupportedSource(errors.InvalidInput):
+    """The spec is valid but this build of rotator cannot mint from that source."""
+
+    reason = "UnsupportedCredentialSource"
+
+
+SecretGetter = Callable[[str], Mapping[str, str] | None]
+"""Secret name (in the policy's namespace) → its ``data`` (base64 values), or None if absent."""
+
+
+@dataclass(frozen=True)
+class MintContext:
+    """What the reconciler hands a source."""
+
+    policy: api.Policy
+    get_secret: SecretGetter
+    now: float = 0.0
+    current: Credential | None = None
+    """The credential being served, if any."""
+    forced: bool = False
+    """A new credential is wanted now (spec changed, rotation requested, Secret edited)."""
+    settings: schedule.RotationSettings = field(default_factory=schedule.RotationSettings)
+
+    @property
+    def namespace(self) -> str:
+        return self.policy["metadata"].get("namespace", "")
+
+    @property
+    def name(self) -> str:
+        return self.policy["metadata"].get("name", "")
+
+    @property
+    def seed(self) -> str:
+        return self.policy["metadata"].get("uid", self.name)
+
+    def secret(self, ref: api.SecretRef) -> Mapping[str, bytes]:
+        """The decoded data of a referenced Secret; raises SecretNotFound."""
+        data = self.get_secret(ref["name"])
+        if data is None:
+            raise SecretNotFound(f"Secret {ref['name']} not found")
+        try:
+            return {k: base64.b64decode(v) for k, v in data.items()}
+        except ValueError:
+            raise errors.InvalidInput(
+                f"Secret {ref['name']} holds data that is not base64"
+            ) from None
+
+    def secret_text(self, ref: api.SecretRef) -> str:
+        data = self.secret(ref)
+        if ref["key"] not in data:
+            raise errors.MissingKey(f"Secret {ref['name']} has no key {ref['key']!r}")
+        try:
+            return data[ref["key"]].decode().strip()
+        except UnicodeDecodeError:
+            raise errors.InvalidInput(
+                f"Secret {ref['name']} key {ref['key']!r} is not UTF-8"
+            ) from None
+
+
+class CredentialSource:
+    """The defaults: copies, never due, nothing to give back."""
+
+    def secret_refs(self, spec: api.PolicySpec) -> list[api.SecretRef]:
+        return []
+
+    def mints(self, spec: api.PolicySpec) -> bool:
+        return False
+
+    def mint(self, ctx: MintContext) -> Credential:
+        raise NotImplementedError
+
+    def due_at(self, ctx: MintContext) -> float | None:
+        """When the served credential (``ctx.current``) must be replaced; None: never."""
+        c = ctx.current
+        if c is None or c.expires_at is None:
+            return None
+        issued = c.issued_at if c.issued_at is not None else c.expires_at - 3600
+        return schedule.renewal_time(
+            issued_at=issued, expires_at=c.expires_at, settings=ctx.settings, seed=ctx.seed
+        )
+
+    def finalizer(self, spec: api.PolicySpec) -> str | None:
+        """A finalizer to hold the policy until :meth:`release` has run."""
+        return None
+
+    def release(self, ctx: MintContext) -> None:
+        """Gives back what the policy holds outside the cluster (it is being deleted)."""
+
+
+def oidc_client(ctx: MintContext, spec: api.OIDC) -> oidc.Client:
+    return oidc.Client(
+        issuer=spec["issuer"],
+        client_id=spec["clientID"],
+        client_secret=ctx.secret_text(spec["clientSecretRef"]),
+        scopes=tuple(spec.get("scopes") or ()),
+        audience=spec.get("audience"),
+    )
+
+
+def rotation_settings(spec: api.PolicySpec) -> schedule.RotationSettings:
+    rotation = spec.get("rotation") or {}
+    before = rotation.get("renewBefore")
+    return schedule.RotationSettings(
+        renew_before=durations.parse(before) if before else None,
+        renew_before_percentage=rotation.get("renewBeforePercentage"),
+        jitter_percentage=rotation.get("jitter", 10),
+    )

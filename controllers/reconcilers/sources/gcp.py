@@ -1,0 +1,73 @@
+"""GCP: access tokens from workload identity federation or a service-account key."""
+
+from __future__ import annotations
+
+from controllers.reconcilers import api
+from controllers.reconcilers.sources import CredentialSource, MintContext, oidc_client
+from controllers.reconcilers.tokens import ServiceAccountTokens
+from rotator import oidc
+from rotator.credentials import Credential
+from rotator.providers.gcp import federation, keyfile
+from rotator.providers.gcp.common import Endpoints, Transport
+
+
+class GCPCredentialsSource(CredentialSource):
+    def __init__(
+        self,
+        *,
+        transport: Transport,
+        endpoints: Endpoints,
+        tokens: oidc.TokenSource,
+        service_accounts: ServiceAccountTokens,
+    ) -> None:
+        self._transport = transport
+        self._endpoints = endpoints
+        self._tokens = tokens
+        self._service_accounts = service_accounts
+
+    def secret_refs(self, spec: api.PolicySpec) -> list[api.SecretRef]:
+        gcp = spec.get("gcpCredentials")
+        if gcp is None:
+            return []
+        refs: list[api.SecretRef] = []
+        if "credentialsFile" in gcp:
+            refs.append(gcp["credentialsFile"]["secretRef"])
+        exchange = gcp.get("workloadIdentityFederation", {}).get("oidcExchangeToken")
+        if exchange is not None:
+            refs.append(exchange["oidc"]["clientSecretRef"])
+        return refs
+
+    def mints(self, spec: api.PolicySpec) -> bool:
+        return "gcpCredentials" in spec
+
+    def mint(self, ctx: MintContext) -> Credential:
+        gcp = ctx.policy["spec"]["gcpCredentials"]
+        if "credentialsFile" in gcp:
+            ref = gcp["credentialsFile"]["secretRef"]
+            return keyfile.mint(
+                self._transport,
+                key_json=ctx.secret_text(ref),
+                where=f"Secret {ref['name']} key {ref['key']!r}",
+                endpoints=self._endpoints,
+            )
+        wif = gcp["workloadIdentityFederation"]
+        audience = federation.audience(
+            wif["projectID"], wif["workloadIdentityPoolName"], wif["workloadIdentityProviderName"]
+        )
+        if "oidcExchangeToken" in wif:
+            subject = self._tokens.token(oidc_client(ctx, wif["oidcExchangeToken"]["oidc"])).value
+        else:
+            sa = wif["serviceAccountToken"]
+            subject = self._service_accounts.token(
+                ctx.namespace,
+                sa["serviceAccountName"],
+                audience=sa.get("audience") or "https:" + audience,
+            )
+        impersonation = wif.get("serviceAccountImpersonation")
+        return federation.mint(
+            self._transport,
+            subject_token=subject,
+            audience=audience,
+            impersonate=impersonation["serviceAccountName"] if impersonation else None,
+            endpoints=self._endpoints,
+        )
