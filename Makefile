@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: test lint unit e2e testenv dev venv format clean bench
+.PHONY: test lint unit e2e testenv dev venv format clean bench image e2e-kind
 
 # The virtualenv is created on first use and refreshed whenever pyproject.toml changes.
 $(STAMP): pyproject.toml
@@ -17,12 +17,13 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-## lint: ruff (lint and format), mypy --strict, and the import-linter layer contracts
+## lint: ruff (lint and format), mypy --strict, the import-linter layer contracts, hadolint
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+	$(BIN)/hadolint Dockerfile
 
 format: venv
 	$(BIN)/ruff format .
@@ -32,9 +33,20 @@ format: venv
 testenv:
 	@hack/testenv.sh
 
-## test: lint, then unit and end-to-end tests against a real local control plane
+## test: lint, unit and end-to-end tests against a real local control plane, and (where buildah
+## is installed) the image build and run
 test: lint
 	@assets=$$(hack/testenv.sh | tail -n 1) && KUBEBUILDER_ASSETS="$$assets" $(BIN)/pytest
+	@if command -v buildah >/dev/null && command -v mmdebstrap >/dev/null; then hack/image.sh; \
+	else echo "make test: buildah or mmdebstrap not installed, image not built (make image)"; fi
+
+## e2e-kind: the e2e suite against a kind cluster (needs Docker and kind; see hack/e2e-kind.sh)
+e2e-kind: venv
+	hack/e2e-kind.sh
+
+## image: build the controller image with buildah and run it as its non-root user
+image:
+	hack/image.sh
 
 unit: venv
 	$(BIN)/pytest tests/unit

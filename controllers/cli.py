@@ -1,7 +1,8 @@
 """The ``rotator`` command: the composition root, where every part is built and wired once.
 
 ``rotator run``      the controller manager, against a kubeconfig or in-cluster
-``rotator dev``      a local control plane plus ``rotator run`` against it, in the foreground
+``rotator dev``      a local control plane, moto and the stand-ins, the samples, and the
+                     controller against them in the foreground, with a live table of policies
 ``rotator version``  the version
 
 Exit codes: 0 after a clean stop, 1 on a runtime failure (e.g. leadership lost), 2 on bad usage
@@ -17,7 +18,8 @@ import socket
 import sys
 import threading
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from types import FrameType
 
 import structlog
@@ -25,8 +27,7 @@ import structlog
 import rotator
 from controllers import logs
 from controllers.controlplane import assets as cp_assets
-from controllers.controlplane import cluster
-from controllers.reconcilers import setup
+from controllers.reconcilers import api, setup
 from controllers.runtime import client as clients
 from controllers.runtime import leaderelection, manager, restconfig
 from controllers.runtime import metrics as metric_families
@@ -41,6 +42,12 @@ LEADER_ELECTION_ID = "rotator-leader-election"
 
 
 def _add_run_flags(p: argparse.ArgumentParser, *, with_kubeconfig: bool = True) -> None:
+    p.add_argument(
+        "--in-cluster-dir",
+        default=os.environ.get("ROTATOR_IN_CLUSTER_DIR", restconfig.IN_CLUSTER_DIR),
+        help="folder of the in-cluster token, ca.crt and namespace files "
+        f"(env ROTATOR_IN_CLUSTER_DIR; default {restconfig.IN_CLUSTER_DIR})",
+    )
     if with_kubeconfig:
         p.add_argument(
             "--kubeconfig",
@@ -125,11 +132,23 @@ def _add_run_flags(p: argparse.ArgumentParser, *, with_kubeconfig: bool = True) 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rotator", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--version", action="version", version=f"rotator {rotator.__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run the controller manager")
     _add_run_flags(run)
     dev = sub.add_parser("dev", help="a local control plane plus the controller, in the foreground")
     _add_run_flags(dev, with_kubeconfig=False)
+    dev.add_argument(
+        "--lifetime",
+        type=int,
+        default=180,
+        help="seconds the credentials minted locally live (default 180: rotations every 2 min)",
+    )
+    dev.add_argument(
+        "--config",
+        default=str(Path(__file__).resolve().parents[1] / "config"),
+        help="the project's config/ folder (CRDs and samples)",
+    )
     dev.add_argument(
         "--assets",
         help="folder with etcd, kube-apiserver, kube-controller-manager "
@@ -155,16 +174,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     return _run(args, kubeconfig=args.kubeconfig)
 
 
-def _run(args: argparse.Namespace, *, kubeconfig: str | None) -> int:
+def _run(
+    args: argparse.Namespace,
+    *,
+    kubeconfig: str | None,
+    attach: Callable[[manager.Manager], None] | None = None,
+) -> int:
     try:
-        api_client = restconfig.load(kubeconfig, pool_size=16 + 4 * args.workers)
+        api_client = restconfig.load(
+            kubeconfig, in_cluster_dir=args.in_cluster_dir, pool_size=16 + 4 * args.workers
+        )
     except restconfig.ConfigNotFound as exc:
         print(f"rotator: {exc}", file=sys.stderr)
         return EXIT_USAGE
     identity = f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
     election = None
     if args.leader_elect:
-        namespace = args.leader_election_namespace or restconfig.in_cluster_namespace()
+        namespace = args.leader_election_namespace or restconfig.in_cluster_namespace(
+            args.in_cluster_dir
+        )
         if not namespace:
             print(
                 "rotator: --leader-election-namespace is required when not running in a cluster",
@@ -198,6 +226,8 @@ def _run(args: argparse.Namespace, *, kubeconfig: str | None) -> int:
             azure_authority_host=args.azure_authority_host,
         ),
     )
+    if attach is not None:
+        attach(mgr)
     stop = _stop_on_signals()
     log.info("rotator.starting", version=rotator.__version__, identity=identity, server=api.host)
     return mgr.run(stop)
@@ -206,18 +236,43 @@ def _run(args: argparse.Namespace, *, kubeconfig: str | None) -> int:
 def _dev(args: argparse.Namespace) -> int:
     try:
         folder = cp_assets.find(args.assets)
+        from controllers.devenv import environment, table  # noqa: PLC0415 - needs the dev extra
     except cp_assets.AssetsNotFound as exc:
         print(f"rotator: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    control_plane = cluster.LocalControlPlane(folder)
-    log.info("dev.starting_control_plane", assets=str(folder))
-    with control_plane:
-        kubeconfig = str(control_plane.kubeconfig)
+    except ImportError as exc:
+        print(
+            f"rotator: rotator dev needs the dev extra (pip install 'rotator[dev]'): {exc}",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    log.info("dev.starting", assets=str(folder), lifetime=args.lifetime)
+    env = environment.DevEnvironment(folder, config=Path(args.config), lifetime=args.lifetime)
+    env.start()
+    live: list[table.LiveTable] = []
+    try:
+        endpoints = env.controller_env()
+        args.gcp_sts_endpoint = endpoints.pop("ROTATOR_GCP_STS_ENDPOINT")
+        args.gcp_iam_credentials_endpoint = endpoints.pop("ROTATOR_GCP_IAM_CREDENTIALS_ENDPOINT")
+        args.azure_authority_host = endpoints.pop("ROTATOR_AZURE_AUTHORITY_HOST")
+        os.environ.update(endpoints)  # boto3 and requests read these themselves
+        kubeconfig = str(env.kubeconfig)
         kubectl = folder / "kubectl"
+        tool = str(kubectl) if os.access(kubectl, os.X_OK) else "kubectl"
         print(f"\nkubeconfig: {kubeconfig}", flush=True)
-        if os.access(kubectl, os.X_OK):
-            print(f"look around: {kubectl} --kubeconfig {kubeconfig} get all -A\n", flush=True)
-        return _run(args, kubeconfig=kubeconfig)
+        print(f"look around: {tool} --kubeconfig {kubeconfig} get rotator -A\n", flush=True)
+
+        def attach(mgr: manager.Manager) -> None:
+            informer = mgr.cache.informer(api.POLICIES)
+            live.append(table.LiveTable(informer.store, sys.stdout))
+            informer.add_handler(live[0])
+            live[0].start()
+
+        return _run(args, kubeconfig=kubeconfig, attach=attach)
+    finally:
+        for t in live:
+            t.stop()
+        env.stop()
 
 
 def _stop_on_signals() -> threading.Event:

@@ -37,6 +37,7 @@ from controllers.reconcilers.sources import (
 from controllers.runtime import apply, channel, events, objects
 from controllers.runtime import client as clients
 from controllers.runtime import clock as clocks
+from controllers.runtime import errors as api_errors
 from controllers.runtime.cache import FullObjectReader
 from controllers.runtime.reconcile import Request, Result
 from controllers.runtime.store import Store
@@ -47,6 +48,12 @@ log = structlog.get_logger(__name__)
 
 ACCEPTED = "Accepted"
 READY = "Ready"
+
+
+class WriteForbidden(errors.CredentialError):
+    """The controller's RBAC does not allow writing the derived Secret."""
+
+    reason = "Forbidden"
 
 
 class Change(enum.Enum):
@@ -127,10 +134,26 @@ class PolicyReconciler:
         credential = whole_seconds(outcome)
         if minted:
             log.info("policy.credentials_minted", why=why)
+        return self._serve_new(policy, source, credential, minted=minted, ctx=ctx)
+
+    def _serve_new(
+        self,
+        policy: api.Policy,
+        source: CredentialSource,
+        credential: Credential,
+        *,
+        minted: bool,
+        ctx: MintContext,
+    ) -> Result:
         answered = (objects.meta(policy).get("annotations") or {}).get(
             api.ROTATE_REQUESTED_ANNOTATION
         )
-        change = self._write_derived(policy, credential, minted=minted, answered=answered)
+        try:
+            change = self._write_derived(policy, credential, minted=minted, answered=answered)
+        except api_errors.Forbidden as exc:
+            # RBAC is missing a rule: say so where the user looks, and back off
+            denied = WriteForbidden(f"rotator may not write Secrets here: {exc}")
+            return self._failed(policy, denied, ctx)
         return self._serving(policy, source, credential, change, ctx)
 
     def _mint(

@@ -20,6 +20,7 @@ from moto.server import ThreadedMotoServer
 from controllers import logs
 from controllers.controlplane import assets
 from controllers.controlplane.cluster import SERVICE_ACCOUNT_ISSUER, LocalControlPlane
+from controllers.devenv.standins.sts import ASSUME, STSProxy
 from controllers.reconcilers import api as rapi
 from controllers.runtime import client as clients
 from controllers.runtime import clock as clocks
@@ -34,7 +35,6 @@ from tests.support.controller import (
     service_account_kubeconfig,
 )
 from tests.support.polling import wait_for
-from tests.support.sts_proxy import ASSUME, STSProxy
 
 ROLE = "arn:aws:iam::123456789012:role/bedrock"
 NAMESPACE = "bench"

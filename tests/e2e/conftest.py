@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from moto.server import ThreadedMotoServer
@@ -17,10 +19,13 @@ from controllers.controlplane.cluster import (
     ControlPlaneOptions,
     LocalControlPlane,
 )
+from controllers.devenv.standins.azure import AzureStandIn, tls_context
+from controllers.devenv.standins.gcp import GCPStandIn
+from controllers.devenv.standins.oidc import OIDCIssuer
+from controllers.devenv.standins.sts import STSProxy
 from controllers.runtime import client as clients
 from controllers.runtime import errors, objects, restconfig
 from tests.support import audit
-from tests.support.azure_standin import AzureStandIn, tls_context
 from tests.support.chain import AWSChain, Chain
 from tests.support.controller import (
     ControllerProcess,
@@ -28,9 +33,7 @@ from tests.support.controller import (
     install_rbac,
     service_account_kubeconfig,
 )
-from tests.support.gcp_standin import GCPStandIn
-from tests.support.oidc_issuer import OIDCIssuer
-from tests.support.sts_proxy import STSProxy
+from tests.support.existing import existing_cluster
 
 ROLE_ARN = "arn:aws:iam::123456789012:role/bedrock"
 
@@ -41,8 +44,20 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.e2e)
 
 
+EXISTING = os.environ.get("ROTATOR_E2E_KUBECONFIG")
+"""Run the suite against an existing cluster (kind) instead of a local control plane."""
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if EXISTING and item.get_closest_marker("local_control_plane"):
+        pytest.skip("needs the local control plane (its etcd, audit log or binaries)")
+
+
 @pytest.fixture(scope="session")
-def control_plane() -> Iterator[LocalControlPlane]:
+def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalControlPlane]:
+    if EXISTING:
+        yield existing_cluster(Path(EXISTING), tmp_path_factory.mktemp("existing"))  # type: ignore[misc]
+        return
     folder = assets.find()  # fails with a clear message when KUBEBUILDER_ASSETS is not set
     started = time.monotonic()
     cp = LocalControlPlane(folder, ControlPlaneOptions(audit_policy=audit.POLICY)).start()
@@ -56,6 +71,8 @@ def control_plane() -> Iterator[LocalControlPlane]:
 @pytest.fixture
 def private_control_plane() -> Iterator[LocalControlPlane]:
     """A control plane of the test's own, for tests that stop or break it."""
+    if EXISTING:
+        pytest.skip("needs a local control plane")
     with LocalControlPlane(assets.find()) as cp:
         yield cp
 
@@ -76,6 +93,8 @@ def namespace(api: clients.Client) -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def audit_log(control_plane: LocalControlPlane) -> audit.AuditLog:
+    if EXISTING:
+        pytest.skip("needs the local control plane's audit log")
     return audit.AuditLog(control_plane.audit_log)
 
 

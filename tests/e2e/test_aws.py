@@ -11,15 +11,15 @@ from typing import Any
 import boto3
 import botocore.config
 
+from controllers.devenv.standins.oidc import OIDCIssuer
+from controllers.devenv.standins.sts import ASSUME, STSProxy
 from controllers.reconcilers import api as rapi
 from controllers.runtime import clock as clocks
 from tests.e2e.conftest import ROLE_ARN
 from tests.support.chain import AWSChain
 from tests.support.controller import ControllerProcess
 from tests.support.history import SecretHistory
-from tests.support.oidc_issuer import OIDCIssuer
 from tests.support.polling import wait_for
-from tests.support.sts_proxy import ASSUME, STSProxy
 
 CLIENT_SECRET = "oidc-client-secret-do-not-log-4242"
 

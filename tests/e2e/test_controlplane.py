@@ -22,6 +22,8 @@ from controllers.runtime import errors, objects
 from tests.support.kube import token_client
 from tests.support.polling import wait_for
 
+pytestmark = pytest.mark.local_control_plane
+
 KUBE_VERSION = "v1.36.3"
 
 

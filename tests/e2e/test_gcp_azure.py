@@ -9,14 +9,14 @@ import time
 from typing import Any
 
 from controllers.controlplane.cluster import SERVICE_ACCOUNT_ISSUER
+from controllers.devenv.standins.azure import App, AzureStandIn
+from controllers.devenv.standins.gcp import GCPStandIn
+from controllers.devenv.standins.oidc import OIDCIssuer
 from controllers.reconcilers import api as rapi
 from rotator.providers.gcp import federation
-from tests.support.azure_standin import App, AzureStandIn
 from tests.support.chain import AWSChain
 from tests.support.controller import ControllerProcess
-from tests.support.gcp_standin import GCPStandIn
 from tests.support.history import SecretHistory
-from tests.support.oidc_issuer import OIDCIssuer
 from tests.support.polling import wait_for
 
 PROJECT_NUMBER = "123456789"

@@ -4,16 +4,15 @@ only by the RBAC in config/rbac — so a missing permission fails a test."""
 from __future__ import annotations
 
 import base64
-import functools
 import time
 from pathlib import Path
 
 import yaml
 
 from controllers.controlplane.cluster import LocalControlPlane, free_port
+from controllers.devenv import manifests
 from controllers.runtime import client as clients
 from controllers.runtime import objects
-from tests.support import manifests
 from tests.support.polling import wait_for
 from tests.support.proc import Proc
 
@@ -21,16 +20,7 @@ SERVICE_ACCOUNT = manifests.NAME_PREFIX + "controller-manager"
 
 
 def install_crds(api: clients.Client) -> None:
-    manifests.apply(api, manifests.load(manifests.CONFIG / "crd"))
-    crds = manifests.KINDS["CustomResourceDefinition"]
-
-    def established(name: str) -> bool:
-        conditions = api.get(crds, name).get("status", {}).get("conditions", [])
-        return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
-
-    for doc in manifests.load(manifests.CONFIG / "crd"):
-        name = doc["metadata"]["name"]
-        wait_for(functools.partial(established, name), what=f"CRD {name} established")
+    manifests.install_crds(api)
 
 
 def install_rbac(api: clients.Client) -> None:

@@ -20,8 +20,8 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from controllers.controlplane import pki
-from tests.support.httpstub import Stub
-from tests.support.jwts import Trust
+from controllers.devenv.standins.httpstub import Stub
+from controllers.devenv.standins.jwts import Trust
 
 ASSERTION_TYPE = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
 

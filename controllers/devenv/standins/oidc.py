@@ -15,7 +15,7 @@ import jwt
 from cryptography.hazmat.primitives.asymmetric import rsa
 from jwt.algorithms import RSAAlgorithm
 
-from tests.support.httpstub import Stub
+from controllers.devenv.standins.httpstub import Stub
 
 
 class OIDCIssuer(Stub):

@@ -23,7 +23,7 @@ from urllib.parse import parse_qs
 
 import jwt
 
-from tests.support.httpstub import Stub
+from controllers.devenv.standins.httpstub import Stub
 
 ASSUME = "AssumeRoleWithWebIdentity"
 
@@ -139,11 +139,11 @@ class STSProxy(Stub):
                 "x-amz-content-sha256",
             )
         }
-        request = urllib.request.Request(
+        request = urllib.request.Request(  # noqa: S310 - the upstream is moto on loopback
             self.upstream + "/", data=body, headers=headers, method="POST"
         )
         try:
-            with urllib.request.urlopen(request, timeout=30) as response:
+            with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310 - loopback
                 return (
                     response.status,
                     response.read(),

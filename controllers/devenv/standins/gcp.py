@@ -25,8 +25,8 @@ import jwt
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
 
-from tests.support.httpstub import Stub
-from tests.support.jwts import Trust
+from controllers.devenv.standins.httpstub import Stub
+from controllers.devenv.standins.jwts import Trust
 
 TOKEN_EXCHANGE = "urn:ietf:params:oauth:grant-type:token-exchange"
 JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"

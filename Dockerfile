@@ -1,0 +1,31 @@
+# rotator's controller image: the package and its dependencies in a virtualenv on a slim Python.
+# Build: make image (daemonless, buildah) or docker build -t rotator .
+ARG PYTHON_IMAGE=docker.io/library/python:3.11-slim-bookworm
+
+FROM ${PYTHON_IMAGE} AS build
+# A CA bundle for pip, when the build's network needs one (a path mounted into the build);
+# empty means pip's own bundle. Nothing of it ends up in the image.
+ARG PIP_CERT=""
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_CERT=${PIP_CERT}
+WORKDIR /src
+RUN python3 -m venv /opt/rotator
+COPY pyproject.toml README.md ./
+COPY rotator ./rotator
+COPY controllers ./controllers
+RUN /opt/rotator/bin/pip install --no-compile /src
+
+FROM ${PYTHON_IMAGE}
+LABEL org.opencontainers.image.title="rotator" \
+      org.opencontainers.image.description="Keeps short-lived cloud credentials fresh for an AI gateway" \
+      org.opencontainers.image.source="https://github.com/rotator-dev/rotator" \
+      org.opencontainers.image.licenses="Apache-2.0"
+COPY --from=build /opt/rotator /opt/rotator
+ENV PATH=/opt/rotator/bin:${PATH} \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1
+USER 65532:65532
+EXPOSE 8080 8081
+ENTRYPOINT ["rotator"]
+CMD ["run", "--leader-elect"]

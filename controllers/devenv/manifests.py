@@ -1,0 +1,174 @@
+"""The project's manifests (config/), applied to a control plane as kustomize would render them."""
+
+from __future__ import annotations
+
+import copy
+import functools
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from controllers.reconcilers import api as rapi
+from controllers.runtime import client as clients
+from controllers.runtime import objects
+from controllers.runtime.objects import Resource
+
+REPO = Path(__file__).resolve().parents[2]
+CONFIG = REPO / "config"
+
+NAMESPACE = "rotator-system"
+FIELD_MANAGER = "rotator-manifests"
+NAME_PREFIX = "rotator-"
+
+RBAC = "rbac.authorization.k8s.io"
+KINDS: dict[str, Resource] = {
+    "Namespace": objects.NAMESPACES,
+    "ServiceAccount": objects.SERVICEACCOUNTS,
+    "ClusterRole": Resource(RBAC, "v1", "clusterroles", "ClusterRole", namespaced=False),
+    "ClusterRoleBinding": Resource(
+        RBAC, "v1", "clusterrolebindings", "ClusterRoleBinding", namespaced=False
+    ),
+    "Role": Resource(RBAC, "v1", "roles", "Role"),
+    "RoleBinding": Resource(RBAC, "v1", "rolebindings", "RoleBinding"),
+    "Secret": objects.SECRETS,
+    "Deployment": Resource("apps", "v1", "deployments", "Deployment"),
+    "BackendSecurityPolicy": rapi.POLICIES,
+    "ServiceBackend": rapi.BACKENDS,
+    "Route": rapi.ROUTES,
+    "CustomResourceDefinition": Resource(
+        "apiextensions.k8s.io",
+        "v1",
+        "customresourcedefinitions",
+        "CustomResourceDefinition",
+        namespaced=False,
+    ),
+}
+
+
+def load(folder: Path) -> list[dict[str, Any]]:
+    """The documents a kustomization lists (resources only), in order."""
+    kustomization = yaml.safe_load((folder / "kustomization.yaml").read_text())
+    return [d for resource in kustomization["resources"] for d in load_file(folder / resource)]
+
+
+def load_file(path: Path) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d]
+
+
+def kustomize(
+    docs: Iterable[dict[str, Any]], *, namespace: str, prefix: str
+) -> list[dict[str, Any]]:
+    """kustomize's ``namespace`` and ``namePrefix`` for the kinds config/rbac uses."""
+    out = []
+    for original in docs:
+        doc = copy.deepcopy(original)
+        md = doc["metadata"]
+        md["name"] = prefix + md["name"]
+        if KINDS[doc["kind"]].namespaced:
+            md["namespace"] = namespace
+        if "roleRef" in doc:
+            doc["roleRef"]["name"] = prefix + doc["roleRef"]["name"]
+        for subject in doc.get("subjects") or []:
+            subject["name"] = prefix + subject["name"]
+            subject["namespace"] = namespace
+        out.append(doc)
+    return out
+
+
+def apply(
+    api: clients.Client,
+    docs: Iterable[dict[str, Any]],
+    *,
+    namespace: str | None = None,
+    dry_run: bool = False,
+) -> None:
+    """Server-side applies each document (``kubectl apply --server-side``), namespaced ones in
+    ``namespace`` if they name none; with ``dry_run`` the server validates and admits them
+    without storing anything."""
+    for doc in docs:
+        resource = KINDS[doc["kind"]]
+        ns = objects.namespace(doc) or (namespace if resource.namespaced else None)
+        query = [("fieldManager", FIELD_MANAGER), ("force", "true")]
+        if dry_run:
+            query.append(("dryRun", "All"))
+        path = resource.path(namespace=ns, name=objects.name(doc))
+        api.request("PATCH", path, query=query, body=doc, content_type=str(clients.PatchType.APPLY))
+
+
+def wait(condition: Callable[[], bool], *, what: str, timeout: float = 60.0) -> None:
+    """Polls ``condition`` every 0.1 s until it holds; TimeoutError after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    pause = threading.Event()
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+        pause.wait(0.1)
+
+
+def install_crds(api: clients.Client, config: Path = CONFIG) -> None:
+    """Applies config/crd and waits until every CRD is established (its API is served)."""
+    docs = load(config / "crd")
+    apply(api, docs)
+    crds = KINDS["CustomResourceDefinition"]
+
+    def established(name: str) -> bool:
+        conditions = api.get(crds, name).get("status", {}).get("conditions", [])
+        return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+
+    for doc in docs:
+        name = doc["metadata"]["name"]
+        wait(functools.partial(established, name), what=f"CRD {name} established")
+
+
+def render(folder: Path, *, kubectl: Path | None) -> list[dict[str, Any]]:
+    """A kustomization, rendered by ``kubectl kustomize`` when kubectl is there, else by
+    :func:`kustomize_lite` (a test checks that both agree on config/default)."""
+    if kubectl is not None and kubectl.exists():
+        out = subprocess.run(
+            [str(kubectl), "kustomize", str(folder)], capture_output=True, text=True, check=True
+        ).stdout
+        return [d for d in yaml.safe_load_all(out) if d]
+    return kustomize_lite(folder)
+
+
+def kustomize_lite(folder: Path) -> list[dict[str, Any]]:
+    """What config/ uses of kustomize: nested ``resources``, ``namespace``, ``namePrefix`` (not on
+    Namespaces and CRDs; followed by roleRefs, subjects and serviceAccountName), ``labels``
+    without selectors, and ``images``."""
+    k = yaml.safe_load((folder / "kustomization.yaml").read_text())
+    docs: list[dict[str, Any]] = []
+    for resource in k.get("resources", []):
+        path = folder / resource
+        docs += kustomize_lite(path) if path.is_dir() else load_file(path)
+    namespace, prefix = k.get("namespace"), k.get("namePrefix", "")
+    for doc in docs:
+        md = doc["metadata"]
+        if doc["kind"] == "Namespace":
+            md["name"] = namespace or md["name"]
+            continue
+        if doc["kind"] != "CustomResourceDefinition":
+            md["name"] = prefix + md["name"]
+        if namespace and KINDS[doc["kind"]].namespaced:
+            md["namespace"] = namespace
+        if "roleRef" in doc:
+            doc["roleRef"]["name"] = prefix + doc["roleRef"]["name"]
+        for subject in doc.get("subjects") or []:
+            subject["name"] = prefix + subject["name"]
+            subject["namespace"] = namespace or subject.get("namespace")
+        pod = doc.get("spec", {}).get("template", {}).get("spec")
+        if pod and pod.get("serviceAccountName"):
+            pod["serviceAccountName"] = prefix + pod["serviceAccountName"]
+        for group in k.get("labels", []):
+            md.setdefault("labels", {}).update(group.get("pairs", {}))
+        for image in k.get("images", []):
+            for container in (pod or {}).get("containers", []):
+                if container["image"].split(":")[0] == image["name"]:
+                    container["image"] = (
+                        f"{image.get('newName', image['name'])}:{image.get('newTag', 'latest')}"
+                    )
+    return docs

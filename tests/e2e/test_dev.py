@@ -1,0 +1,103 @@
+"""`rotator dev` as a user runs it: everything comes up, every sample becomes Ready, a rotation
+shows in the live table, and Ctrl-C leaves no process and no temporary folder behind."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+from pathlib import Path
+
+import pytest
+
+from tests.support.polling import wait_for
+from tests.support.proc import Proc
+
+pytestmark = pytest.mark.local_control_plane
+
+STS_POLICY = "default/bedrock-web-identity"
+
+
+def last_table(text: str) -> dict[str, list[str]]:
+    """Policy → its row's cells, from the last table printed."""
+    block = text.rsplit("── policies at ", 1)[-1].splitlines()[1:]
+    rows = {}
+    for line in block[1:]:
+        if not line.strip():
+            break
+        cells = re.split(r"\s{2,}", line.strip())
+        rows[cells[0]] = cells
+    return rows
+
+
+def rotations(text: str, policy: str) -> set[str]:
+    """Every LAST ROTATION value the tables showed for ``policy``."""
+    seen = set()
+    for line in text.splitlines():
+        if line.startswith(policy + " "):
+            seen.add(re.split(r"\s{2,}", line.strip())[-1].split(" ")[0])
+    return seen - {"-"}
+
+
+def children_of(folder: str) -> list[int]:
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                if folder in (proc / "cmdline").read_bytes().decode(errors="replace"):
+                    pids.append(int(proc.name))
+            except OSError:
+                continue
+    return pids
+
+
+def test_rotator_dev_runs_every_sample_rotates_and_stops_clean(tmp_path: Path) -> None:
+    out = tmp_path / "dev.out"
+    proc = Proc(
+        [
+            "-m",
+            "controllers.cli",
+            "dev",
+            "--lifetime",
+            "60",
+            "--metrics-bind-address",
+            "127.0.0.1:0",
+            "--health-probe-bind-address",
+            "127.0.0.1:0",
+        ],
+        tmp_path / "dev.log",
+        env={"KUBEBUILDER_ASSETS": os.environ["KUBEBUILDER_ASSETS"]},
+    )
+    try:
+        log = proc.log_path
+        folder = wait_for(
+            lambda: (
+                (m := re.search(r"kubeconfig: (\S+)/admin.kubeconfig", log.read_text()))
+                and m.group(1)
+            ),
+            timeout=120,
+            what="kubeconfig printed",
+        )
+        assert "get rotator -A" in log.read_text()
+
+        def all_ready() -> bool:
+            table = last_table(log.read_text())
+            return len(table) >= 8 and all(
+                row[2] == "True CredentialsReady" for row in table.values()
+            )
+
+        wait_for(all_ready, timeout=120, interval=0.5, what="every sample Ready")
+        wait_for(
+            lambda: len(rotations(log.read_text(), STS_POLICY)) >= 2,
+            timeout=90,
+            interval=0.5,
+            what="a rotation in the table",
+        )
+        assert children_of(folder), "the control plane runs under the dev folder"
+        proc.popen.send_signal(signal.SIGINT)
+        assert proc.popen.wait(60) == 0
+        out.write_text(log.read_text())
+        assert children_of(folder) == [], "no process left"
+        assert not Path(folder).exists(), "no temporary folder left"
+    finally:
+        proc.close()
