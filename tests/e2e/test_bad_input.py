@@ -259,3 +259,55 @@ def test_malformed_aws_file_backs_off_without_a_hot_loop(chain: Chain, audit_log
     chain.remember("fixed-secret-value")
     chain.wait_condition("policy", "p", "Ready", "True", timeout=20)
     assert (chain.get("policy", "p") or {})["status"]["failedAttempts"] == 0
+
+
+IAM_POLICY = {
+    "type": "AWSCredentials",
+    "awsCredentials": {
+        "region": "us-east-1",
+        "iamAccessKey": {"userName": "gateway", "secretRef": {"name": "admin"}},
+    },
+}
+
+
+@pytest.mark.parametrize(
+    "patch",
+    [
+        pytest.param(
+            {"type": "APIKey", "apiKey": {"secretRef": {"name": "s"}}, "awsCredentials": None},
+            id="to-api-key",
+        ),
+        pytest.param(
+            {
+                "awsCredentials": {
+                    "iamAccessKey": None,
+                    "oidcExchangeToken": {"oidc": OIDC, "awsRoleArn": ROLE},
+                }
+            },
+            id="to-web-identity",
+        ),
+        pytest.param(
+            {"awsCredentials": {"iamAccessKey": {"userName": "someone-else"}}},
+            id="to-another-user",
+        ),
+    ],
+)
+def test_iam_key_policy_cannot_leave_its_keys_behind(
+    api: clients.Client, namespace: str, installed: None, patch: dict[str, Any]
+) -> None:
+    """Keys rotator created are deleted with the policy; a spec that stopped naming the user
+    would orphan live long-lived keys, so the API server refuses it."""
+    create(api, namespace, rapi.POLICIES, IAM_POLICY)
+    with pytest.raises(errors.Invalid) as raised:
+        api.patch(rapi.POLICIES, "x", {"spec": patch}, namespace=namespace)
+    assert "a policy that rotates IAM access keys keeps its type, source and userName" in str(
+        raised.value
+    )
+    # Changes that keep the user are fine.
+    changed = api.patch(
+        rapi.POLICIES,
+        "x",
+        {"spec": {"awsCredentials": {"iamAccessKey": {"rotationInterval": "48h"}}}},
+        namespace=namespace,
+    )
+    assert changed["spec"]["awsCredentials"]["iamAccessKey"]["rotationInterval"] == "48h"
