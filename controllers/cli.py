@@ -6,7 +6,7 @@
 ``rotator version``  the version
 
 Exit codes: 0 after a clean stop, 1 on a runtime failure (e.g. leadership lost), 2 on bad usage
-or missing configuration.
+or missing configuration, 130 when ``rotator dev`` is interrupted while starting.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from rotator.providers.gcp import common as gcp_common
 log = structlog.get_logger("rotator")
 
 EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130  # rotator dev stopped before it was up (the shell's code for SIGINT)
 LEADER_ELECTION_ID = "rotator-leader-election"
 
 
@@ -179,6 +180,7 @@ def _run(
     *,
     kubeconfig: str | None,
     attach: Callable[[manager.Manager], None] | None = None,
+    stop: threading.Event | None = None,
 ) -> int:
     try:
         api_client = restconfig.load(
@@ -228,7 +230,7 @@ def _run(
     )
     if attach is not None:
         attach(mgr)
-    stop = _stop_on_signals()
+    stop = stop or _stop_on_signals()
     log.info("rotator.starting", version=rotator.__version__, identity=identity, server=api.host)
     return mgr.run(stop)
 
@@ -246,11 +248,26 @@ def _dev(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE
+    config = Path(args.config)
+    if not (config / "crd" / "bases").is_dir() or not (config / "samples").is_dir():
+        print(
+            f"rotator: no CRDs and samples under {config}: run rotator dev from a checkout of "
+            "rotator (make dev) or pass --config with its config/ folder",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
     log.info("dev.starting", assets=str(folder), lifetime=args.lifetime)
-    env = environment.DevEnvironment(folder, config=Path(args.config), lifetime=args.lifetime)
-    env.start()
+    # Ctrl-C only sets this, from here on: a KeyboardInterrupt raised at an arbitrary point of
+    # the start (it once landed inside logging's fork handler and left its lock held, hanging the
+    # stop) cannot be cleaned up after reliably. The start runs to its end, then everything stops.
+    stop = _stop_on_signals()
+    env = environment.DevEnvironment(folder, config=config, lifetime=args.lifetime)
     live: list[table.LiveTable] = []
     try:
+        env.start()
+        if stop.is_set():
+            print("\nrotator dev: interrupted while starting, stopped", file=sys.stderr)
+            return EXIT_INTERRUPTED
         endpoints = env.controller_env()
         args.gcp_sts_endpoint = endpoints.pop("ROTATOR_GCP_STS_ENDPOINT")
         args.gcp_iam_credentials_endpoint = endpoints.pop("ROTATOR_GCP_IAM_CREDENTIALS_ENDPOINT")
@@ -268,7 +285,7 @@ def _dev(args: argparse.Namespace) -> int:
             informer.add_handler(live[0])
             live[0].start()
 
-        return _run(args, kubeconfig=kubeconfig, attach=attach)
+        return _run(args, kubeconfig=kubeconfig, attach=attach, stop=stop)
     finally:
         for t in live:
             t.stop()

@@ -49,6 +49,10 @@ _QUIET = (
     "azure",
     "msal",
 )
+# azure-identity warns about every failed token request with the response body, over several
+# lines; the policy reconciler already logs the failure with its reason (and the condition says
+# it), so only its errors pass.
+_ERRORS_ONLY = ("azure.identity",)
 
 
 def redact(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
@@ -93,3 +97,5 @@ def configure(fmt: str = "json", level: str = "info", stream: TextIO | None = No
     root.setLevel(level.upper())
     for name in _QUIET:
         logging.getLogger(name).setLevel(max(logging.WARNING, root.level))
+    for name in _ERRORS_ONLY:
+        logging.getLogger(name).setLevel(max(logging.ERROR, root.level))

@@ -15,9 +15,9 @@ image=rotator:e2e
 for tool in docker kind kubectl; do
   command -v "$tool" >/dev/null || { echo "e2e-kind: needs $tool" >&2; exit 1; }
 done
-kind create cluster --name "$cluster" --wait 180s
-trap 'kind delete cluster --name "$cluster"' EXIT
 kubeconfig=$(mktemp)
+kind create cluster --name "$cluster" --wait 180s
+trap 'kind delete cluster --name "$cluster"; rm -f "$kubeconfig"' EXIT
 kind get kubeconfig --name "$cluster" >"$kubeconfig"
 docker build -t "$image" .
 kind load docker-image "$image" --name "$cluster"
@@ -25,4 +25,6 @@ kubectl kustomize config/default | sed "s#image: rotator:latest#image: $image#" 
   kubectl --kubeconfig "$kubeconfig" apply --server-side -f -
 kubectl --kubeconfig "$kubeconfig" -n rotator-system rollout status deployment/rotator-controller-manager --timeout=180s
 kubectl --kubeconfig "$kubeconfig" -n rotator-system scale deployment/rotator-controller-manager --replicas=0
+kubectl --kubeconfig "$kubeconfig" -n rotator-system wait --for=delete pod \
+  -l app.kubernetes.io/name=rotator,app.kubernetes.io/component=controller --timeout=120s
 ROTATOR_E2E_KUBECONFIG="$kubeconfig" .venv/bin/pytest tests/e2e "$@"

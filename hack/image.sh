@@ -35,7 +35,11 @@ for ca in /etc/ssl/certs/ca-certificates.crt; do
   [[ -f $ca ]] && ca_args=(--volume "$ca:/run/host-ca.crt:ro" --build-arg PIP_CERT=/run/host-ca.crt)
 done
 start=$(date +%s)
-b build --pull=never --isolation chroot --layers=false "${ca_args[@]}" -t "$tag" -f "$here/Dockerfile" "$here" >&2
+version=$(awk -F'"' '/^version = / {print $2; exit}' "$here/pyproject.toml")
+revision=$(git -C "$here" rev-parse HEAD 2>/dev/null || true)
+b build --pull=never --isolation chroot --layers=false "${ca_args[@]}" \
+  --build-arg VERSION="$version" --build-arg REVISION="$revision" \
+  -t "$tag" -f "$here/Dockerfile" "$here" >&2
 echo "image: built $tag in $(( $(date +%s) - start )) s" >&2
 
 ctr=$(b from "$tag")

@@ -117,7 +117,8 @@ def install_crds(api: clients.Client, config: Path = CONFIG) -> None:
     crds = KINDS["CustomResourceDefinition"]
 
     def established(name: str) -> bool:
-        conditions = api.get(crds, name).get("status", {}).get("conditions", [])
+        # status and its conditions are null until the API server has looked at the CRD
+        conditions = (api.get(crds, name).get("status") or {}).get("conditions") or []
         return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
 
     for doc in docs:

@@ -13,6 +13,7 @@ from controllers.runtime import client as clients
 from controllers.runtime import objects
 from tests.support.chain import AWSChain
 from tests.support.controller import SERVICE_ACCOUNT, ControllerProcess
+from tests.support.existing import ExistingCluster
 from tests.support.polling import wait_for
 from tests.support.proc import Proc
 
@@ -58,6 +59,12 @@ def test_config_default_applies_with_server_dry_run_then_for_real(
     control_plane: LocalControlPlane, api: clients.Client, installed: None
 ) -> None:
     docs = manifests.render(manifests.CONFIG / "default", kubectl=control_plane.assets / "kubectl")
+    if isinstance(control_plane, ExistingCluster):
+        # A real cluster (make e2e-kind) runs what it applies: keep its deployed replicas at zero
+        # so that they do not compete with the suite's own controller for the leader Lease.
+        for doc in docs:
+            if doc["kind"] == "Deployment":
+                doc["spec"]["replicas"] = 0
     manifests.apply(api, docs, dry_run=True)
     manifests.apply(api, docs)
     deployment = api.get(

@@ -10,12 +10,19 @@ from pathlib import Path
 
 import pytest
 
+from controllers.devenv import manifests
+from controllers.reconcilers import api as rapi
+from controllers.reconcilers import conditions
+from controllers.runtime import client as clients
+from controllers.runtime import restconfig
 from tests.support.polling import wait_for
 from tests.support.proc import Proc
 
 pytestmark = pytest.mark.local_control_plane
 
 STS_POLICY = "default/bedrock-web-identity"
+SAMPLES = manifests.load(manifests.CONFIG / "samples")
+SAMPLE_POLICIES = {d["metadata"]["name"] for d in SAMPLES if d["kind"] == "BackendSecurityPolicy"}
 
 
 def last_table(text: str) -> dict[str, list[str]]:
@@ -82,11 +89,21 @@ def test_rotator_dev_runs_every_sample_rotates_and_stops_clean(tmp_path: Path) -
 
         def all_ready() -> bool:
             table = last_table(log.read_text())
-            return len(table) >= 8 and all(
+            return {p.removeprefix("default/") for p in table} == SAMPLE_POLICIES and all(
                 row[2] == "True CredentialsReady" for row in table.values()
             )
 
         wait_for(all_ready, timeout=120, interval=0.5, what="every sample Ready")
+        api = clients.Client(restconfig.load(f"{folder}/admin.kubeconfig"))
+
+        def every_route_programmed_with_all_backends() -> bool:
+            routes = api.list(rapi.ROUTES, namespace="default")["items"]
+            return len(routes) == sum(d["kind"] == "Route" for d in SAMPLES) and all(
+                (c := conditions.of(r, "ResolvedRefs")) is not None and c["status"] == "True"
+                for r in routes
+            )
+
+        wait_for(every_route_programmed_with_all_backends, timeout=30, what="every sample chain")
         wait_for(
             lambda: len(rotations(log.read_text(), STS_POLICY)) >= 2,
             timeout=90,
@@ -99,5 +116,38 @@ def test_rotator_dev_runs_every_sample_rotates_and_stops_clean(tmp_path: Path) -
         out.write_text(log.read_text())
         assert children_of(folder) == [], "no process left"
         assert not Path(folder).exists(), "no temporary folder left"
+    finally:
+        proc.close()
+
+
+def test_ctrl_c_while_starting_stops_everything(tmp_path: Path) -> None:
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    proc = Proc(
+        ["-m", "controllers.cli", "dev"],
+        tmp_path / "dev.log",
+        env={"KUBEBUILDER_ASSETS": os.environ["KUBEBUILDER_ASSETS"], "TMPDIR": str(temp)},
+    )
+    try:
+        wait_for(lambda: any(temp.iterdir()), timeout=60, interval=0.05, what="startup")
+        proc.popen.send_signal(signal.SIGINT)
+        assert proc.popen.wait(60) == 130
+        assert "interrupted while starting" in proc.log_path.read_text()
+        assert "Traceback" not in proc.log_path.read_text()
+        assert children_of(str(temp)) == [], "no process left"
+        assert list(temp.iterdir()) == [], "no temporary folder left"
+    finally:
+        proc.close()
+
+
+def test_rotator_dev_outside_a_checkout_says_what_it_needs(tmp_path: Path) -> None:
+    proc = Proc(
+        ["-m", "controllers.cli", "dev", "--config", str(tmp_path)],
+        tmp_path / "dev.log",
+        env={"KUBEBUILDER_ASSETS": os.environ["KUBEBUILDER_ASSETS"]},
+    )
+    try:
+        assert proc.popen.wait(30) == 2
+        assert "run rotator dev from a checkout" in proc.log_path.read_text()
     finally:
         proc.close()

@@ -81,3 +81,13 @@ def test_every_crd_has_the_rotator_category_and_status_subresource() -> None:
         (version,) = crd["spec"]["versions"]
         assert version["subresources"] == {"status": {}}, path.name
         assert crd["spec"]["scope"] == "Namespaced"
+
+
+@pytest.mark.parametrize("kind_plural", ["backendsecuritypolicies", "servicebackends", "routes"])
+def test_only_past_times_are_date_columns(kind_plural: str) -> None:
+    """kubectl prints a ``date`` column as an age — ``<invalid>`` for a future time — so only
+    times in the past (creation) may be dates; expiry and renewal are shown as timestamps."""
+    crd = yaml.safe_load((CRDS / f"rotator.dev_{kind_plural}.yaml").read_text())
+    (version,) = crd["spec"]["versions"]
+    dates = {c["jsonPath"] for c in version["additionalPrinterColumns"] if c["type"] == "date"}
+    assert dates <= {".metadata.creationTimestamp", ".status.lastRotationTime"}

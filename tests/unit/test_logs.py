@@ -19,6 +19,7 @@ def test_debug_logging_never_lets_botocore_bodies_through() -> None:
     try:
         logging.getLogger("botocore.parsers").debug("Response body: %s", SECRET)
         logging.getLogger("urllib3.connectionpool").debug("body %s", SECRET)
+        logging.getLogger("azure.identity._internal").warning("get_token failed: %s", SECRET)
         structlog.get_logger("test").debug("reconcile.done", token=SECRET, secret_access_key=SECRET)
         output = stream.getvalue()
         assert SECRET not in output
