@@ -61,7 +61,9 @@ dev: venv
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis
 
-## bench: propagation latency and steady-state API requests (prints figures, asserts nothing)
+## bench: propagation latency, steady-state API requests, rotation lateness, memory against
+## unrelated Secrets (prints figures, asserts nothing)
 bench: venv
 	@assets=$$(hack/testenv.sh | tail -n 1) && export KUBEBUILDER_ASSETS="$$assets" && \
-		$(BIN)/python -m tests.bench.propagation && $(BIN)/python -m tests.bench.rotation
+		$(BIN)/python -m tests.bench.propagation && $(BIN)/python -m tests.bench.rotation && \
+		$(BIN)/python -m tests.bench.memory
