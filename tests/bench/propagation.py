@@ -36,27 +36,19 @@ from tests.support.controller import (
     service_account_kubeconfig,
 )
 from tests.support.polling import wait_for
+from tests.support.recording import LatestStates, percentile
 
 NAMESPACE = "bench"
 
 
-class Arrivals:
+class Arrivals(LatestStates):
     """When each route config first held each key."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.seen: dict[str, dict[str, float]] = {}  # key value → route → time
 
-    def on_add(self, obj: Body) -> None:
-        self._record(obj)
-
-    def on_update(self, old: Body, new: Body) -> None:
-        self._record(new)
-
-    def on_delete(self, obj: Body) -> None:
-        pass
-
-    def _record(self, obj: Body) -> None:
+    def record(self, obj: Body) -> None:
         now = time.monotonic()
         text = base64.b64decode((obj.get("data") or {}).get(rapi.ROUTE_CONFIG_KEY, "")).decode()
         for raw in text.splitlines():
@@ -76,11 +68,6 @@ class Arrivals:
     def times(self, value: str) -> list[float]:
         with self.lock:
             return sorted(self.seen.get(value, {}).values())
-
-
-def percentile(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
 
 def main() -> None:

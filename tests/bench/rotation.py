@@ -35,28 +35,20 @@ from tests.support.controller import (
     service_account_kubeconfig,
 )
 from tests.support.polling import wait_for
+from tests.support.recording import LatestStates, percentile
 
 ROLE = "arn:aws:iam::123456789012:role/bedrock"
 NAMESPACE = "bench"
 
 
-class Schedules:
+class Schedules(LatestStates):
     """Every renewalTime each policy's status announced, in order."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.renewals: dict[str, list[float]] = {}
 
-    def on_add(self, obj: Body) -> None:
-        self._record(obj)
-
-    def on_update(self, old: Body, new: Body) -> None:
-        self._record(new)
-
-    def on_delete(self, obj: Body) -> None:
-        pass
-
-    def _record(self, obj: Body) -> None:
+    def record(self, obj: Body) -> None:
         value = (obj.get("status") or {}).get("renewalTime")
         if not value:
             return
@@ -65,11 +57,6 @@ class Schedules:
             t = clocks.parse_rfc3339(value)
             if not seen or seen[-1] != t:
                 seen.append(t)
-
-
-def percentile(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
 
 def main() -> None:

@@ -13,6 +13,7 @@ from controllers.runtime import clock as clocks
 from controllers.runtime import objects
 from controllers.runtime.informer import Informer
 from controllers.runtime.objects import Body
+from tests.support.recording import LatestStates
 
 
 @dataclass(frozen=True)
@@ -22,7 +23,7 @@ class Version:
     expires_at: float | None
 
 
-class SecretHistory:
+class SecretHistory(LatestStates):
     def __init__(self, api: clients.Client, namespace: str) -> None:
         self._lock = threading.Lock()
         self.versions: dict[str, list[Version]] = {}
@@ -39,16 +40,7 @@ class SecretHistory:
     def __exit__(self, *exc: object) -> None:
         self._informer.stop()
 
-    def on_add(self, obj: Body) -> None:
-        self._record(obj)
-
-    def on_update(self, old: Body, new: Body) -> None:
-        self._record(new)
-
-    def on_delete(self, obj: Body) -> None:
-        pass
-
-    def _record(self, obj: Body) -> None:
+    def record(self, obj: Body) -> None:
         annotations = objects.meta(obj).get("annotations") or {}
         digest = annotations.get(rapi.CREDENTIAL_HASH_ANNOTATION, "")
         expires = annotations.get(rapi.EXPIRATION_ANNOTATION)
