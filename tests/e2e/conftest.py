@@ -9,6 +9,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from moto.server import ThreadedMotoServer
@@ -124,44 +125,46 @@ def oidc_issuer() -> Iterator[OIDCIssuer]:
 
 
 @pytest.fixture(scope="session")
-def sts(moto: str, oidc_issuer: OIDCIssuer, api: clients.Client) -> Iterator[STSProxy]:
+def cluster_jwks(api: clients.Client) -> dict[str, Any]:
+    """The keys the API server signs ServiceAccount tokens with, which the stand-ins trust."""
+    jwks: dict[str, Any] = api.request("GET", "/openid/v1/jwks", accept="application/jwk-set+json")
+    return jwks
+
+
+@pytest.fixture(scope="session")
+def sts(moto: str, oidc_issuer: OIDCIssuer, cluster_jwks: dict[str, Any]) -> Iterator[STSProxy]:
     """STS as the controller sees it: moto behind a proxy that checks web identity tokens (from
     the OIDC issuer and from the API server's service-account issuer) and shortens sessions."""
     proxy = STSProxy(moto, lifetime=60).start()
     proxy.trust(oidc_issuer.issuer, oidc_issuer.jwks(), "sts.amazonaws.com")
-    jwks = api.request("GET", "/openid/v1/jwks", accept="application/jwk-set+json")
-    proxy.trust(SERVICE_ACCOUNT_ISSUER, jwks, "sts.amazonaws.com")
+    proxy.trust(SERVICE_ACCOUNT_ISSUER, cluster_jwks, "sts.amazonaws.com")
     proxy.roles.add(ROLE_ARN)
     yield proxy
     proxy.stop()
 
 
 @pytest.fixture(scope="session")
-def gcp(oidc_issuer: OIDCIssuer, api: clients.Client) -> Iterator[GCPStandIn]:
+def gcp(oidc_issuer: OIDCIssuer, cluster_jwks: dict[str, Any]) -> Iterator[GCPStandIn]:
     """Google STS, IAM credentials and OAuth token endpoints; trusts the OIDC issuer and the API
     server's service-account issuer."""
     standin = GCPStandIn(lifetime=60).start()
     standin.trust.add(oidc_issuer.issuer, oidc_issuer.jwks())
-    standin.trust.add(
-        SERVICE_ACCOUNT_ISSUER,
-        api.request("GET", "/openid/v1/jwks", accept="application/jwk-set+json"),
-    )
+    standin.trust.add(SERVICE_ACCOUNT_ISSUER, cluster_jwks)
     yield standin
     standin.stop()
 
 
 @pytest.fixture(scope="session")
 def azure(
-    oidc_issuer: OIDCIssuer, api: clients.Client, tmp_path_factory: pytest.TempPathFactory
+    oidc_issuer: OIDCIssuer,
+    cluster_jwks: dict[str, Any],
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[AzureStandIn]:
     """Azure AD's v2 token endpoint over HTTPS (``azure.ca_file`` trusts it)."""
     context, ca_file = tls_context(tmp_path_factory.mktemp("azure-tls"))
     standin = AzureStandIn(context, ca_file, lifetime=60).start()
     standin.trust.add(oidc_issuer.issuer, oidc_issuer.jwks())
-    standin.trust.add(
-        SERVICE_ACCOUNT_ISSUER,
-        api.request("GET", "/openid/v1/jwks", accept="application/jwk-set+json"),
-    )
+    standin.trust.add(SERVICE_ACCOUNT_ISSUER, cluster_jwks)
     yield standin
     standin.stop()
 
