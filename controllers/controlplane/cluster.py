@@ -229,36 +229,16 @@ class LocalControlPlane:
 
     def _write_kubeconfig(self, user: str, path: Path) -> None:
         folder = self.dir / "pki"
-
-        def b64(p: Path) -> str:
-            return base64.b64encode(p.read_bytes()).decode()
-
-        config = {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [
-                {
-                    "name": "local",
-                    "cluster": {
-                        "server": self.server,
-                        "certificate-authority-data": b64(self.ca_file),
-                    },
-                }
-            ],
-            "users": [
-                {
-                    "name": user,
-                    "user": {
-                        "client-certificate-data": b64(folder / f"{user}.crt"),
-                        "client-key-data": b64(folder / f"{user}.key"),
-                    },
-                }
-            ],
-            "contexts": [{"name": "local", "context": {"cluster": "local", "user": user}}],
-            "current-context": "local",
-        }
-        path.write_text(yaml.safe_dump(config))
-        path.chmod(0o600)
+        write_kubeconfig(
+            path,
+            server=self.server,
+            ca_file=self.ca_file,
+            user=user,
+            credentials={
+                "client-certificate-data": _b64(folder / f"{user}.crt"),
+                "client-key-data": _b64(folder / f"{user}.key"),
+            },
+        )
 
     def _start_etcd(self) -> None:
         peer = free_port()
@@ -350,3 +330,29 @@ def _http_ok(url: str, context: ssl.SSLContext | None = None) -> bool:
             return bool(response.status == 200)
     except (urllib.error.URLError, OSError, ssl.SSLError):
         return False
+
+
+def _b64(path: Path) -> str:
+    return base64.b64encode(path.read_bytes()).decode()
+
+
+def write_kubeconfig(
+    path: Path, *, server: str, ca_file: Path, user: str, credentials: dict[str, str]
+) -> None:
+    """A kubeconfig (mode 0600) for one user of a cluster: ``credentials`` is its ``user``
+    entry, client certificate data or a bearer token."""
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": "local",
+                "cluster": {"server": server, "certificate-authority-data": _b64(ca_file)},
+            }
+        ],
+        "users": [{"name": user, "user": credentials}],
+        "contexts": [{"name": "local", "context": {"cluster": "local", "user": user}}],
+        "current-context": "local",
+    }
+    path.write_text(yaml.safe_dump(config))
+    path.chmod(0o600)

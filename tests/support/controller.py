@@ -3,13 +3,10 @@ only by the RBAC in config/rbac — so a missing permission fails a test."""
 
 from __future__ import annotations
 
-import base64
 import time
 from pathlib import Path
 
-import yaml
-
-from controllers.controlplane.cluster import LocalControlPlane, free_port
+from controllers.controlplane.cluster import LocalControlPlane, free_port, write_kubeconfig
 from controllers.devenv import manifests
 from controllers.runtime import client as clients
 from controllers.runtime import objects
@@ -49,26 +46,13 @@ def service_account_kubeconfig(
         name=SERVICE_ACCOUNT,
         subresource="token",
     )["status"]["token"]
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [
-            {
-                "name": "local",
-                "cluster": {
-                    "server": control_plane.server,
-                    "certificate-authority-data": base64.b64encode(
-                        control_plane.ca_file.read_bytes()
-                    ).decode(),
-                },
-            }
-        ],
-        "users": [{"name": SERVICE_ACCOUNT, "user": {"token": token}}],
-        "contexts": [{"name": "local", "context": {"cluster": "local", "user": SERVICE_ACCOUNT}}],
-        "current-context": "local",
-    }
-    path.write_text(yaml.safe_dump(config))
-    path.chmod(0o600)
+    write_kubeconfig(
+        path,
+        server=control_plane.server,
+        ca_file=control_plane.ca_file,
+        user=SERVICE_ACCOUNT,
+        credentials={"token": token},
+    )
     return path
 
 
