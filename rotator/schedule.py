@@ -7,6 +7,12 @@ move it. Never later than 30 s before expiry (for lifetimes of a minute or less:
 spread by a jitter of ±``jitter_percentage`` % of the renewal window (issue → renewal) whose
 direction is fixed per object (seeded by its uid), so a restart does not reshuffle everyone and
 many credentials issued together do not all renew together.
+
+Never earlier than the floor (:func:`renewal_floor`): 1/10 of the lifetime, and at least 5 s,
+after issue. A ``renewBefore`` as long as the lifetime (``1h`` on a 1 h session or token) would
+otherwise put the renewal at the issue time, and each fresh credential would be due at once: a
+provider call, two writes and an Event in a loop. :attr:`Renewal.clamped` says when the spec's
+setting was overridden, so the policy can say so.
 """
 
 from __future__ import annotations
@@ -19,6 +25,19 @@ MIN_RETRY = 1.0
 MAX_RETRY = 60.0
 SAFETY_MARGIN = 30.0
 """A refresh is scheduled at least this long before expiry, so a failed one can be retried."""
+FLOOR_FRACTION = 0.1
+"""A refresh is never scheduled before this fraction of the lifetime has passed since issue.
+
+1/10 bounds the provider calls to ten per lifetime of a credential, whatever the spec says (one
+every 6 minutes for 1 h tokens), while honouring every setting that leaves 10 % of the lifetime
+or more before the refresh: the CRD's ``renewBeforePercentage`` goes to 99, and 90 still holds.
+"""
+MIN_RENEWAL_AGE = 5.0
+"""...and never less than this many seconds after issue, so that even a credential of a few
+seconds (or one whose expiry is at or before its issue, by clock skew) cannot make a hot loop.
+A credential that lives 5 s or less is thus renewed after it lapses: a moment without a valid
+credential beats calling the provider in a loop, and no supported provider issues such
+credentials (STS sessions last 15 min at least; GCP and Azure tokens about an hour)."""
 
 
 @dataclass(frozen=True)
@@ -31,22 +50,53 @@ class RotationSettings:
     """Spread, in percent of the renewal window either way. Defaults to 10."""
 
 
+@dataclass(frozen=True)
+class Renewal:
+    """When to refresh a credential, and whether the spec's setting had to give way."""
+
+    at: float
+    """The refresh time (epoch seconds)."""
+    floor: float
+    """The earliest refresh time allowed (:func:`renewal_floor`)."""
+    clamped: bool
+    """``renew_before`` or ``renew_before_percentage`` asked for a refresh before ``floor``
+    (it is as long as the lifetime, or nearly): ``at`` keeps to the floor instead."""
+
+
+def renewal_floor(*, issued_at: float, expires_at: float) -> float:
+    """The earliest refresh time: :data:`FLOOR_FRACTION` of the lifetime, and at least
+    :data:`MIN_RENEWAL_AGE` seconds, after issue."""
+    lifetime = max(0.0, expires_at - issued_at)
+    return issued_at + max(lifetime * FLOOR_FRACTION, MIN_RENEWAL_AGE)
+
+
+def renewal(
+    *, issued_at: float, expires_at: float, settings: RotationSettings, seed: str
+) -> Renewal:
+    """When a credential valid from ``issued_at`` to ``expires_at`` should be refreshed."""
+    lifetime = max(0.0, expires_at - issued_at)
+    if settings.renew_before is not None:
+        requested = expires_at - settings.renew_before
+    elif settings.renew_before_percentage is not None:
+        requested = expires_at - lifetime * settings.renew_before_percentage / 100
+    else:
+        requested = issued_at + lifetime * 2 / 3
+    floor = renewal_floor(issued_at=issued_at, expires_at=expires_at)
+    latest = (
+        expires_at - SAFETY_MARGIN if lifetime > 2 * SAFETY_MARGIN else issued_at + lifetime / 2
+    )
+    latest = max(latest, floor)  # under 10 s of lifetime, the floor wins over the margin
+    base = max(floor, min(requested, latest))
+    at = _jittered(issued_at, base, latest, settings.jitter_percentage, seed, earliest=floor)
+    explicit = settings.renew_before is not None or settings.renew_before_percentage is not None
+    return Renewal(at=at, floor=floor, clamped=explicit and requested < floor)
+
+
 def renewal_time(
     *, issued_at: float, expires_at: float, settings: RotationSettings, seed: str
 ) -> float:
     """When a credential valid from ``issued_at`` to ``expires_at`` should be refreshed."""
-    lifetime = max(0.0, expires_at - issued_at)
-    if settings.renew_before is not None:
-        base = expires_at - settings.renew_before
-    elif settings.renew_before_percentage is not None:
-        base = expires_at - lifetime * settings.renew_before_percentage / 100
-    else:
-        base = issued_at + lifetime * 2 / 3
-    latest = (
-        expires_at - SAFETY_MARGIN if lifetime > 2 * SAFETY_MARGIN else issued_at + lifetime / 2
-    )
-    base = max(issued_at, min(base, latest))
-    return _jittered(issued_at, base, latest, settings.jitter_percentage, seed)
+    return renewal(issued_at=issued_at, expires_at=expires_at, settings=settings, seed=seed).at
 
 
 def interval_time(
@@ -57,15 +107,24 @@ def interval_time(
     return _jittered(issued_at, base, None, settings.jitter_percentage, seed)
 
 
-def _jittered(start: float, base: float, latest: float | None, percentage: int, seed: str) -> float:
-    """``base`` ± ``percentage`` % of the window, never before ``start`` or after ``latest``.
+def _jittered(
+    start: float,
+    base: float,
+    latest: float | None,
+    percentage: int,
+    seed: str,
+    *,
+    earliest: float | None = None,
+) -> float:
+    """``base`` ± ``percentage`` % of the window from ``start``, never before ``earliest``
+    (defaults to ``start``) or after ``latest``.
 
     Near ``latest`` the centre moves earlier rather than clipping half the spread onto it.
     """
     spread = (base - start) * percentage / 100
     if latest is not None:
         base = min(base, latest - spread)
-    t = max(start, base + spread * stable_unit(seed))
+    t = max(start if earliest is None else earliest, base + spread * stable_unit(seed))
     return t if latest is None else min(t, latest)
 
 

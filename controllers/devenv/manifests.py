@@ -36,6 +36,7 @@ KINDS: dict[str, Resource] = {
     "Role": Resource(RBAC, "v1", "roles", "Role"),
     "RoleBinding": Resource(RBAC, "v1", "rolebindings", "RoleBinding"),
     "Secret": objects.SECRETS,
+    "Service": Resource("", "v1", "services", "Service"),
     "Deployment": Resource("apps", "v1", "deployments", "Deployment"),
     "BackendSecurityPolicy": rapi.POLICIES,
     "ServiceBackend": rapi.BACKENDS,
@@ -138,17 +139,27 @@ def render(folder: Path, *, kubectl: Path | None) -> list[dict[str, Any]]:
 
 
 def kustomize_lite(folder: Path) -> list[dict[str, Any]]:
-    """What config/ uses of kustomize: nested ``resources``, ``namespace``, ``namePrefix`` (not on
-    Namespaces and CRDs; followed by roleRefs, subjects and serviceAccountName), ``labels``
-    without selectors, and ``images``."""
+    """What config/ uses of kustomize: nested ``resources``, ``patches`` (see :func:`_patch`),
+    ``namespace``, ``namePrefix`` (not on Namespaces and CRDs; followed by roleRefs,
+    serviceAccountName, and subjects that name a ServiceAccount of the build — kustomize leaves
+    the others alone), ``labels`` without selectors, and ``images``."""
     k = yaml.safe_load((folder / "kustomization.yaml").read_text())
     docs: list[dict[str, Any]] = []
     for resource in k.get("resources", []):
         path = folder / resource
         docs += kustomize_lite(path) if path.is_dir() else load_file(path)
+    for patch in k.get("patches", []):
+        docs = _patch(docs, patch)
     namespace, prefix = k.get("namespace"), k.get("namePrefix", "")
+    accounts = {
+        (d["metadata"]["name"], d["metadata"].get("namespace"))
+        for d in docs
+        if d["kind"] == "ServiceAccount"
+    }
     for doc in docs:
         md = doc["metadata"]
+        for group in k.get("labels", []):
+            md.setdefault("labels", {}).update(group.get("pairs", {}))
         if doc["kind"] == "Namespace":
             md["name"] = namespace or md["name"]
             continue
@@ -156,16 +167,8 @@ def kustomize_lite(folder: Path) -> list[dict[str, Any]]:
             md["name"] = prefix + md["name"]
         if namespace and KINDS[doc["kind"]].namespaced:
             md["namespace"] = namespace
-        if "roleRef" in doc:
-            doc["roleRef"]["name"] = prefix + doc["roleRef"]["name"]
-        for subject in doc.get("subjects") or []:
-            subject["name"] = prefix + subject["name"]
-            subject["namespace"] = namespace or subject.get("namespace")
+        _follow(doc, prefix=prefix, namespace=namespace, accounts=accounts)
         pod = doc.get("spec", {}).get("template", {}).get("spec")
-        if pod and pod.get("serviceAccountName"):
-            pod["serviceAccountName"] = prefix + pod["serviceAccountName"]
-        for group in k.get("labels", []):
-            md.setdefault("labels", {}).update(group.get("pairs", {}))
         for image in k.get("images", []):
             for container in (pod or {}).get("containers", []):
                 if container["image"].split(":")[0] == image["name"]:
@@ -173,3 +176,50 @@ def kustomize_lite(folder: Path) -> list[dict[str, Any]]:
                         f"{image.get('newName', image['name'])}:{image.get('newTag', 'latest')}"
                     )
     return docs
+
+
+def _follow(
+    doc: dict[str, Any], *, prefix: str, namespace: str | None, accounts: set[tuple[str, str]]
+) -> None:
+    """The references kustomize renames with their objects: roleRefs, a pod's
+    serviceAccountName, and subjects naming a ServiceAccount of the build (``accounts``)."""
+    if "roleRef" in doc:
+        doc["roleRef"]["name"] = prefix + doc["roleRef"]["name"]
+    for subject in doc.get("subjects") or []:
+        if (subject["name"], subject.get("namespace")) in accounts:
+            subject["name"] = prefix + subject["name"]
+            subject["namespace"] = namespace or subject.get("namespace")
+    pod = doc.get("spec", {}).get("template", {}).get("spec")
+    if pod and pod.get("serviceAccountName"):
+        pod["serviceAccountName"] = prefix + pod["serviceAccountName"]
+
+
+def _patch(docs: list[dict[str, Any]], patch: dict[str, Any]) -> list[dict[str, Any]]:
+    """One entry of ``patches``, of the two shapes config/ uses: an inline ``$patch: delete``
+    that drops the object it names, and JSON 6902 ``add`` operations on a ``target``."""
+    body = yaml.safe_load(patch["patch"])
+    if isinstance(body, dict) and body.get("$patch") == "delete":
+        named = (body["kind"], body["metadata"]["name"])
+        return [d for d in docs if (d["kind"], d["metadata"]["name"]) != named]
+    target = patch["target"]
+    for doc in docs:
+        if doc["kind"] == target["kind"] and doc["metadata"]["name"] == target.get(
+            "name", doc["metadata"]["name"]
+        ):
+            for op in body:
+                if op["op"] != "add":
+                    raise ValueError(f"kustomize_lite applies JSON 6902 add only, not {op['op']}")
+                _json_pointer_add(doc, op["path"], op["value"])
+    return docs
+
+
+def _json_pointer_add(doc: dict[str, Any], path: str, value: Any) -> None:
+    """RFC 6902 ``add``: ``-`` appends to a list, an index inserts, a key sets."""
+    *parents, last = [t.replace("~1", "/").replace("~0", "~") for t in path.split("/")[1:]]
+    node: Any = doc
+    for token in parents:
+        node = node[int(token)] if isinstance(node, list) else node[token]
+    if isinstance(node, list):
+        node.insert(len(node) if last == "-" else int(last), copy.deepcopy(value))
+    else:
+        node[last] = copy.deepcopy(value)

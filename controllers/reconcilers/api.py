@@ -9,6 +9,8 @@ when a property exists on one side only, so the two cannot drift.
 
 from __future__ import annotations
 
+import hashlib
+import re
 from typing import Literal, NotRequired, TypedDict
 
 from controllers.runtime.objects import ObjectMeta, Resource
@@ -42,7 +44,79 @@ ANSWERED_REQUEST_ANNOTATION = "rotator.dev/answered-rotate-request"
 """The ``rotate-requested-at`` value the credential was minted in answer to."""
 STATE_ANNOTATION_PREFIX = "state.rotator.dev/"
 """Provider state (e.g. an IAM key still retiring), one annotation per key."""
+STATE_TIME_SUFFIX = "-at"
+"""A state key ending so holds a time in Unix seconds (``previous-key-retires-at``): the
+controller checks it on read, so a hand-edited value is reported instead of reaching a
+provider."""
 FINALIZER_IAM_KEY = "rotator.dev/iam-access-key"
+IN_USE_FINALIZER_PREFIX = "rotator.dev/in-use-by-"
+"""On a Secret a policy needs to give back its external credentials (the IAM management
+identity), followed by the policy's uid: the Secret outlives the policy's release, whatever the
+order of deletion (``kubernetes.io/pvc-protection``'s habit). One per policy, so that policies
+sharing a Secret release it independently."""
+SKIP_RELEASE_ANNOTATION = "rotator.dev/skip-release"
+"""``"true"`` on a policy being deleted whose release keeps failing: rotator removes its
+finalizer without giving back the external credentials (they are named in an Event), the escape
+hatch when, say, the management identity was revoked."""
+
+
+def in_use_finalizer(policy_uid: str) -> str:
+    return IN_USE_FINALIZER_PREFIX + policy_uid
+
+
+# --- condition reasons and Event reasons users see (besides those of rotator.errors) -----------
+
+REASON_INVALID_CREDENTIALS = "InvalidCredentials"
+"""Route ``ResolvedRefs``: a backend's derived credentials cannot be put into the configuration
+(not UTF-8 text, or an unreadable expiry); the backend is left out."""
+REASON_CONFIG_TOO_LARGE = "ConfigTooLarge"
+"""Route ``Programmed=False``: the configuration exceeds what a Secret can hold; the previous one
+stays in place, stale."""
+REASON_CONFIG_REJECTED = "ConfigRejected"
+"""Route ``Programmed=False``: the API server refused the configuration Secret as invalid."""
+REASON_MALFORMED_ANNOTATION = "MalformedAnnotation"
+"""Policy Warning Event: an annotation rotator wrote on the derived Secret no longer parses (edited
+by hand); it is ignored and the derived Secret rewritten."""
+
+RENEW_BEFORE_HONORED = "RenewBeforeHonored"
+"""Policy condition, on policies whose credentials expire: is the refresh time the one
+``spec.rotation`` asks for? True (:data:`REASON_AS_SPECIFIED`) when it is, or when the default
+applies. False (:data:`REASON_RENEW_BEFORE_TOO_LONG`) when ``renewBefore`` or
+``renewBeforePercentage`` would refresh earlier than the renewal floor (1/10 of the lifetime,
+and 5 s, after issue: ``rotator.schedule.renewal_floor``), so the floor is used instead.
+Positive polarity, as every rotator condition (DESIGN §3): a clamped policy still works, so
+``Ready`` stays True, its message saying so as well."""
+REASON_AS_SPECIFIED = "AsSpecified"
+"""Policy ``RenewBeforeHonored=True``: the refresh time follows ``spec.rotation`` or the default."""
+REASON_RENEW_BEFORE_TOO_LONG = "RenewBeforeTooLong"
+"""Policy ``RenewBeforeHonored=False``, and the Warning Event recorded when it turns so: the
+message names the field, its value, the credential's lifetime and the refresh time used."""
+
+ALLOWED_POLICIES_ANNOTATION = "rotator.dev/allowed-policies"
+"""On a ServiceAccount: the policies of its namespace that may mint tokens for it — a
+comma-separated list of names, or ``*`` for all. Without it rotator mints no token for the
+ServiceAccount (IRSA's ``eks.amazonaws.com/role-arn`` habit: the identity opts in)."""
+POLICY_LABEL = "rotator.dev/policy"
+ROUTE_LABEL = "rotator.dev/route"
+"""Labels on the Secrets rotator writes: the owner's name, or ``sha256-<hash>`` when the name is
+not a valid label value (over 63 characters); the name is then in :data:`OWNER_NAME_ANNOTATION`."""
+OWNER_NAME_ANNOTATION = "rotator.dev/owner-name"
+
+
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+
+
+def owner_labels(label: str, owner_name: str) -> tuple[dict[str, str], dict[str, str]]:
+    """``(labels, annotations)`` naming the owner of a Secret rotator writes.
+
+    Object names run to 253 characters, label values to 63: a name that does not fit is labelled
+    ``sha256-<first 40 hex digits of its hash>`` (still selectable, still unique in practice)
+    and carried whole in the :data:`OWNER_NAME_ANNOTATION`.
+    """
+    if len(owner_name) <= 63 and _LABEL_VALUE.match(owner_name):
+        return {label: owner_name}, {}
+    digest = hashlib.sha256(owner_name.encode()).hexdigest()[:40]
+    return {label: f"sha256-{digest}"}, {OWNER_NAME_ANNOTATION: owner_name}
 
 
 def derived_secret_name(policy_name: str) -> str:

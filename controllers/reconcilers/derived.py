@@ -10,7 +10,8 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-from collections.abc import Mapping
+import math
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -29,6 +30,13 @@ class Served:
     """Its data still matches its hash (nobody edited it)."""
     spec_hash: str | None
     answered_request: str | None
+    malformed: tuple[str, ...] = ()
+    """Annotations that did not parse (edited by hand): ignored, and reason to rewrite the
+    Secret."""
+
+
+UNREADABLE_EXPIRY = 0.0
+"""The expiry of a credential whose expiry annotation does not parse: long past."""
 
 
 def spec_hash(spec: api.PolicySpec) -> str:
@@ -60,14 +68,15 @@ def build(
         for key, value in credential.state.items():
             annotations[api.STATE_ANNOTATION_PREFIX + key] = value
     md = objects.meta(policy)
+    labels, owner_annotations = api.owner_labels(api.POLICY_LABEL, md["name"])
     return {
         "apiVersion": "v1",
         "kind": "Secret",
         "metadata": {
             "name": api.derived_secret_name(md["name"]),
             "namespace": md["namespace"],
-            "labels": {api.MANAGED_BY_LABEL: api.MANAGED_BY, "rotator.dev/policy": md["name"]},
-            "annotations": annotations,
+            "labels": {api.MANAGED_BY_LABEL: api.MANAGED_BY, **labels},
+            "annotations": {**annotations, **owner_annotations},
             "ownerReferences": [owner_reference(policy, "BackendSecurityPolicy")],
         },
         "type": "Opaque",
@@ -76,31 +85,93 @@ def build(
 
 
 def read(secret: Mapping[str, Any] | None) -> Served | None:
+    """The served credential, or None when there is none (or its data is not base64: replaced).
+
+    Annotations are read one by one, and one that does not parse (a hand edit) is ignored and
+    named in :attr:`Served.malformed`: an expiry that cannot be read counts as past (nothing
+    vouches for the credential), an issue time as unknown, a state time as absent (the provider
+    repairs its state). Nothing here raises on what a user can write into a Secret.
+    """
     if secret is None:
         return None
     annotations = objects.meta(secret).get("annotations") or {}
     try:
         data = {k: base64.b64decode(v) for k, v in (secret.get("data") or {}).items()}
-        expires = annotations.get(api.EXPIRATION_ANNOTATION)
-        issued = annotations.get(api.ISSUED_AT_ANNOTATION)
-        credential = Credential(
-            data,
-            expires_at=clocks.parse_rfc3339(expires) if expires else None,
-            issued_at=clocks.parse_rfc3339(issued) if issued else None,
-            state={
-                k.removeprefix(api.STATE_ANNOTATION_PREFIX): v
-                for k, v in annotations.items()
-                if k.startswith(api.STATE_ANNOTATION_PREFIX)
-            },
-        )
     except ValueError:
         return None  # unreadable: treated as missing, and replaced
+    malformed: list[str] = []
+    expires_at = _time(annotations, api.EXPIRATION_ANNOTATION, clocks.parse_rfc3339, malformed)
+    if api.EXPIRATION_ANNOTATION in malformed:
+        expires_at = UNREADABLE_EXPIRY
+    state: dict[str, str] = {}
+    for name, value in annotations.items():
+        if not name.startswith(api.STATE_ANNOTATION_PREFIX):
+            continue
+        key = name.removeprefix(api.STATE_ANNOTATION_PREFIX)
+        if (
+            key.endswith(api.STATE_TIME_SUFFIX)
+            and _time(annotations, name, float, malformed) is None
+        ):
+            continue
+        state[key] = value
+    credential = Credential(
+        data,
+        expires_at=expires_at,
+        issued_at=_time(annotations, api.ISSUED_AT_ANNOTATION, clocks.parse_rfc3339, malformed),
+        state=state,
+    )
     return Served(
         credential,
         intact=annotations.get(api.CREDENTIAL_HASH_ANNOTATION) == content_hash(data),
         spec_hash=annotations.get(api.SPEC_HASH_ANNOTATION),
         answered_request=annotations.get(api.ANSWERED_REQUEST_ANNOTATION),
+        malformed=tuple(sorted(malformed)),
     )
+
+
+def _time(
+    annotations: Mapping[str, str],
+    name: str,
+    parse: Callable[[str], float],
+    malformed: list[str],
+) -> float | None:
+    """The time in annotation ``name``; None if absent, or (noted in ``malformed``) unreadable."""
+    value = annotations.get(name)
+    if value is None:
+        return None
+    try:
+        seconds = parse(value)
+    except (ValueError, OverflowError):
+        seconds = math.nan
+    if not math.isfinite(seconds):
+        malformed.append(name)
+        return None
+    return seconds
+
+
+def stale_annotations(secret: Mapping[str, Any], desired: Mapping[str, str]) -> set[str]:
+    """rotator's annotations (``rotator.dev/…``, ``state.rotator.dev/…``) on ``secret`` that the
+    ``desired`` annotations no longer hold."""
+    return {
+        k
+        for k in objects.meta(secret).get("annotations") or {}
+        if (k.startswith("rotator.dev/") or k.startswith(api.STATE_ANNOTATION_PREFIX))
+        and k not in desired
+    }
+
+
+def without_annotations(secret: Mapping[str, Any], names: Iterable[str]) -> dict[str, Any]:
+    """A JSON merge patch removing ``names`` from ``secret``, if it has not changed since.
+
+    A server-side apply removes only fields its manager owns; an annotation edited by hand has
+    another owner and survives it, so a repair removes it this way.
+    """
+    return {
+        "metadata": {
+            "resourceVersion": objects.meta(secret).get("resourceVersion"),
+            "annotations": dict.fromkeys(names),
+        }
+    }
 
 
 def owner_reference(owner: Mapping[str, Any], kind: str) -> objects.OwnerReference:

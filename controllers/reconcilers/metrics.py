@@ -2,7 +2,9 @@
 
 ``rotator_credential_expiration_timestamp_seconds`` and ``..._renewal_timestamp_seconds`` are
 what to alert on: expiry minus now below a few minutes means a consumer is about to hold an
-expired credential.
+expired credential. So the expiry comes from the derived Secret on every policy reconcile that
+reads one, whatever the refresh then does: a controller restarted while its provider is down still
+exports the expiry of what it serves (and, as the renewal time, when it retries).
 """
 
 from __future__ import annotations
@@ -44,9 +46,23 @@ class CredentialMetrics:
         self._lock = threading.Lock()
         self._labels: dict[Request, tuple[str, str, str]] = {}
 
+    def observed(self, request: Request, kind: str, *, expires_at: float | None) -> None:
+        """The expiry of the credential the derived Secret holds, as soon as a reconcile reads
+        it: set before any refresh can fail, so the expiry alert sees a credential that every
+        refresh since a restart failed to replace."""
+        labels = self._relabel(request, kind)
+        self._set(self.expiration, labels, expires_at)
+
     def served(
         self, request: Request, kind: str, *, expires_at: float | None, renews_at: float | None
     ) -> None:
+        """The credential now served, and when it is next refreshed (or the next retry is)."""
+        labels = self._relabel(request, kind)
+        self._set(self.expiration, labels, expires_at)
+        self._set(self.renewal, labels, renews_at)
+
+    def _relabel(self, request: Request, kind: str) -> tuple[str, str, str]:
+        """The policy's labels, dropping its series under old ones (its type changed)."""
         labels = (request.namespace, request.name, kind)
         with self._lock:
             previous = self._labels.get(request)
@@ -54,12 +70,15 @@ class CredentialMetrics:
             self.forget(request)
         with self._lock:
             self._labels[request] = labels
-        for gauge, value in ((self.expiration, expires_at), (self.renewal, renews_at)):
-            if value is None:
-                with contextlib.suppress(KeyError):
-                    gauge.remove(*labels)
-            else:
-                gauge.labels(*labels).set(value)
+        return labels
+
+    @staticmethod
+    def _set(gauge: Gauge, labels: tuple[str, str, str], value: float | None) -> None:
+        if value is None:
+            with contextlib.suppress(KeyError):
+                gauge.remove(*labels)
+        else:
+            gauge.labels(*labels).set(value)
 
     def forget(self, request: Request) -> None:
         """The policy is gone: its series go too."""

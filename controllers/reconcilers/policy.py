@@ -17,6 +17,7 @@ capped, denser as expiry nears — never a hot loop.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import enum
 import math
@@ -97,10 +98,10 @@ class PolicyReconciler:
         policy = cast(api.Policy, cached)
         source = self._sources.get(policy["spec"]["type"])
         if objects.is_being_deleted(policy):
-            self._finalize(policy, source)
-            return Result()
+            return self._finalize(policy, source)
         now = self._clock.now()
         served = derived.read(self._managed.get(self._derived_key(policy)))
+        self._observe(policy, served)
         ctx = MintContext(
             policy,
             self._secret_getter(request.namespace),
@@ -120,9 +121,32 @@ class PolicyReconciler:
         if why is None:
             assert served is not None
             return self._serving(policy, source, served.credential, Change.NONE, ctx)
-        outcome = self._mint(
-            policy, source, MintContext(**{**ctx.__dict__, "forced": why not in ("due", "copy")})
+        return self._refresh(
+            policy,
+            source,
+            MintContext(**{**ctx.__dict__, "forced": why not in ("due", "copy")}),
+            why=why,
+            minted=minted,
         )
+
+    def _refresh(
+        self,
+        policy: api.Policy,
+        source: CredentialSource,
+        ctx: MintContext,
+        *,
+        why: str,
+        minted: bool,
+    ) -> Result:
+        """Mints (or copies) a new credential and serves it."""
+        if minted and not source.idempotent(policy["spec"]):
+            if self._cache_behind(policy):
+                log.info(
+                    "policy.cache_behind", why="the derived Secret changed since it was cached"
+                )
+                return Result(requeue_after=1.0)  # its watch event is on the way
+            self._protect(policy, source)
+        outcome = self._mint(policy, source, ctx)
         if minted:
             self._metrics.rotated(
                 policy["spec"]["type"], ok=not isinstance(outcome, errors.CredentialError)
@@ -150,11 +174,37 @@ class PolicyReconciler:
         )
         try:
             change = self._write_derived(policy, credential, minted=minted, answered=answered)
-        except api_errors.Forbidden as exc:
-            # RBAC is missing a rule: say so where the user looks, and back off
-            denied = WriteForbidden(f"rotator may not write Secrets here: {exc}")
-            return self._failed(policy, denied, ctx)
+        except Exception as exc:
+            if minted:
+                self._discard(source, credential, ctx)  # the new credential is nobody's
+            if isinstance(exc, api_errors.Forbidden):
+                # RBAC is missing a rule: say so where the user looks, and back off
+                denied = WriteForbidden(f"rotator may not write Secrets here: {exc}")
+                return self._failed(policy, denied, ctx)
+            raise
         return self._serving(policy, source, credential, change, ctx)
+
+    def _discard(self, source: CredentialSource, credential: Credential, ctx: MintContext) -> None:
+        try:
+            source.discard(ctx, credential)
+        except Exception as exc:  # the next rotation converges what is left (level-triggered)
+            log.warning("policy.discard_failed", error_type=type(exc).__name__)
+        else:
+            log.info("policy.minted_credential_discarded")
+
+    def _cache_behind(self, policy: api.Policy) -> bool:
+        """Whether the derived Secret on the API server is not the one in the cache."""
+        md = policy["metadata"]
+        name = api.derived_secret_name(md["name"])
+        try:
+            live = self._api.get(
+                objects.SECRETS, name, namespace=md["namespace"], metadata_only=True
+            )
+        except api_errors.NotFound:
+            live = None
+        cached = self._managed.get(self._derived_key(policy))
+        version = objects.meta(live).get("resourceVersion") if live is not None else None
+        return version != (objects.meta(cached).get("resourceVersion") if cached else None)
 
     def _mint(
         self, policy: api.Policy, source: CredentialSource, ctx: MintContext
@@ -171,6 +221,26 @@ class PolicyReconciler:
             )
 
     # --- derived Secret ----------------------------------------------------------------------
+
+    def _observe(self, policy: api.Policy, served: derived.Served | None) -> None:
+        """What the derived Secret holds, before anything can fail: its expiry for the alert,
+        and a Warning naming annotations that no longer parse (the refresh then rewrites them)."""
+        if served is None:
+            return
+        self._metrics.observed(
+            Request.for_object(policy),
+            policy["spec"]["type"],
+            expires_at=served.credential.expires_at,
+        )
+        if served.malformed:
+            log.warning("policy.malformed_annotation", annotations=list(served.malformed))
+            self._recorder.event(
+                policy,
+                events.WARNING,
+                api.REASON_MALFORMED_ANNOTATION,
+                f"Secret {api.derived_secret_name(objects.name(policy))}: annotation "
+                f"{', '.join(served.malformed)} does not parse; ignored, the Secret is rewritten",
+            )
 
     def _derived_key(self, policy: api.Policy) -> objects.ObjectKey:
         md = policy["metadata"]
@@ -190,30 +260,32 @@ class PolicyReconciler:
         desired = derived.build(policy, credential, minted=minted, answered_request=answered)
         md = desired["metadata"]
         actual = self._managed.get(self._derived_key(policy))
-        ours = (
-            {
-                k
-                for k in (objects.meta(actual).get("annotations") or {})
-                if k.startswith("rotator.dev/") or k.startswith(api.STATE_ANNOTATION_PREFIX)
-            }
-            if actual
-            else set()
-        )
         if actual is None:
             change = Change.CREATED
         elif (actual.get("data") or {}) != desired["data"]:
             change = Change.ROTATED
-        elif not apply.subset(md, actual.get("metadata")) or ours - set(md["annotations"]):
+        elif not apply.subset(md, actual.get("metadata")) or derived.stale_annotations(
+            actual, md["annotations"]
+        ):
             change = Change.REPAIRED  # metadata edited, or state that no longer applies
         else:
             return Change.NONE
-        apply.apply(
+        written = apply.apply(
             self._api,
             objects.SECRETS,
             desired,
             field_manager=api.FIELD_MANAGER,
             resource_version=objects.meta(actual).get("resourceVersion") if actual else None,
         )
+        if leftover := derived.stale_annotations(written, md["annotations"]):
+            # set by hand (another field manager owns them), which an apply cannot remove
+            self._api.patch(
+                objects.SECRETS,
+                md["name"],
+                derived.without_annotations(written, leftover),
+                namespace=md["namespace"],
+                field_manager=api.FIELD_MANAGER,
+            )
         log.info("policy.derived_secret_written", secret_name=md["name"], change=change.value)
         return change
 
@@ -239,6 +311,9 @@ class PolicyReconciler:
             message += f", valid until {clocks.rfc3339(credential.expires_at)}"
         if due is not None:
             message += f", next refresh at {clocks.rfc3339(due)}"
+        schedule_cond = renew_before_condition(policy, credential, ctx) if due is not None else None
+        if schedule_cond is not None and schedule_cond.status == "False":
+            message += f"; {schedule_cond.message}"
         old = policy.get("status") or {}
         fields: dict[str, Any] = {"derivedSecretName": name, "failedAttempts": 0}
         issued = (
@@ -263,9 +338,16 @@ class PolicyReconciler:
             [
                 true(ACCEPTED, "Accepted", "the spec is valid"),
                 true(READY, "CredentialsReady", message),
+                *([schedule_cond] if schedule_cond is not None else []),
             ],
             now,
         )
+        if schedule_cond is not None and schedule_cond.status == "False":
+            was = conditions.of(policy, api.RENEW_BEFORE_HONORED)
+            if was is None or was.get("status") != "False":
+                self._recorder.event(
+                    policy, events.WARNING, schedule_cond.reason, schedule_cond.message
+                )
         if change is Change.ROTATED:
             self._recorder.event(
                 policy, events.NORMAL, "CredentialsRotated", f"new credentials in Secret {name}"
@@ -315,6 +397,13 @@ class PolicyReconciler:
             )
         else:
             ready = false(READY, exc.reason, str(exc))
+        # still what is served (the expiry alert must see it), and the next attempt
+        self._metrics.served(
+            Request.for_object(policy),
+            policy["spec"]["type"],
+            expires_at=expires_at,
+            renews_at=now + delay,
+        )
         self._write_status(policy, fields, [accepted, ready], now)
         if attempts == 1 and source_mints(self._sources, policy):
             self._recorder.event(policy, events.WARNING, "RotationFailed", f"{exc}; {retry}")
@@ -353,34 +442,95 @@ class PolicyReconciler:
         wanted = source.finalizer(policy["spec"])
         if wanted is None or wanted in (objects.meta(policy).get("finalizers") or []):
             return
+        self._protect(policy, source)
         self._apply_finalizers(policy, [wanted])
 
-    def _finalize(self, policy: api.Policy, source: CredentialSource | None) -> None:
+    def _protect(self, policy: api.Policy, source: CredentialSource) -> None:
+        """Puts the policy's in-use finalizer on the Secrets its release needs (a strategic
+        merge adds it to the list, and never creates a missing Secret)."""
+        finalizer = api.in_use_finalizer(policy["metadata"]["uid"])
+        for name in source.protected_secrets(policy["spec"]):
+            with contextlib.suppress(api_errors.NotFound):  # mint says SecretNotFound
+                self._api.patch(
+                    objects.SECRETS,
+                    name,
+                    {"metadata": {"finalizers": [finalizer]}},
+                    namespace=objects.namespace(policy),
+                    patch_type=clients.PatchType.STRATEGIC,
+                )
+
+    def _unprotect(self, policy: api.Policy, source: CredentialSource) -> None:
+        finalizer = api.in_use_finalizer(policy["metadata"]["uid"])
+        for name in source.protected_secrets(policy["spec"]):
+            with contextlib.suppress(api_errors.NotFound):
+                self._api.patch(
+                    objects.SECRETS,
+                    name,
+                    {"metadata": {"$deleteFromPrimitiveList/finalizers": [finalizer]}},
+                    namespace=objects.namespace(policy),
+                    patch_type=clients.PatchType.STRATEGIC,
+                )
+
+    def _finalize(self, policy: api.Policy, source: CredentialSource | None) -> Result:
+        """Gives back the policy's external credentials, then lets it go. A release that cannot
+        happen keeps the finalizer, says why in ``Ready`` (reason ``ReleaseFailed``) and retries
+        with backoff; ``rotator.dev/skip-release: "true"`` is the way out."""
         finalizers = objects.meta(policy).get("finalizers") or []
-        ours = [f for f in finalizers if f == api.FINALIZER_IAM_KEY]
-        if not ours:
-            return
+        if api.FINALIZER_IAM_KEY not in finalizers:
+            return Result()
         if source is not None:
-            served = derived.read(self._managed.get(self._derived_key(policy)))
-            ctx = MintContext(
-                policy,
-                self._secret_getter(objects.namespace(policy)),
-                now=self._clock.now(),
-                current=served.credential if served else None,
-            )
-            try:
-                source.release(ctx)
-            except errors.CredentialError as exc:
-                if exc.transient:
-                    raise  # retried with backoff; the policy waits for its keys to be deleted
+            now = self._clock.now()
+            annotations = objects.meta(policy).get("annotations") or {}
+            if annotations.get(api.SKIP_RELEASE_ANNOTATION) == "true":
                 self._recorder.event(
                     policy,
                     events.WARNING,
-                    "ReleaseFailed",
-                    f"could not give back external credentials: {exc}",
+                    "ReleaseSkipped",
+                    f"external credentials were not given back ({api.SKIP_RELEASE_ANNOTATION})",
                 )
+            else:
+                served = derived.read(self._managed.get(self._derived_key(policy)))
+                ctx = MintContext(
+                    policy,
+                    self._secret_getter(objects.namespace(policy)),
+                    now=now,
+                    current=served.credential if served else None,
+                )
+                try:
+                    source.release(ctx)
+                except errors.CredentialError as exc:
+                    if exc.transient:
+                        raise  # retried with backoff; the policy waits for its keys to be deleted
+                    return self._release_failed(policy, exc, now)
+            self._unprotect(policy, source)
         self._apply_finalizers(policy, [])
         log.info("policy.finalized")
+        return Result()
+
+    def _release_failed(
+        self, policy: api.Policy, exc: errors.CredentialError, now: float
+    ) -> Result:
+        old: dict[str, Any] = dict(policy.get("status") or {})
+        attempts = int(old.get("failedAttempts") or 0) + 1
+        fields = {k: v for k, v in old.items() if k not in ("conditions", "failedAttempts")}
+        fields.update(failedAttempts=attempts, lastFailureTime=clocks.rfc3339(now))
+        delay = schedule.retry_delay(attempts, now=now, expires_at=None)
+        message = (
+            f"could not give back the external credentials: {exc}; the policy is kept until "
+            f"they are (retrying at {clocks.rfc3339(now + delay)}). To delete it anyway and "
+            f"leave them, annotate it {api.SKIP_RELEASE_ANNOTATION}=true"
+        )
+        self._write_status(
+            policy,
+            fields,
+            [
+                true(ACCEPTED, "Accepted", "the spec is valid"),
+                false(READY, "ReleaseFailed", message),
+            ],
+            now,
+        )
+        log.warning("policy.release_failed", reason=exc.reason, error=str(exc), attempts=attempts)
+        return Result(requeue_after=delay)
 
     def _apply_finalizers(self, policy: api.Policy, finalizers: list[str]) -> None:
         apply.apply(
@@ -415,14 +565,50 @@ def due_at(source: CredentialSource, ctx: MintContext) -> float | None:
     return None if due is None else float(math.floor(due))
 
 
+def renew_before_condition(
+    policy: api.Policy, credential: Credential, ctx: MintContext
+) -> conditions.Cond | None:
+    """``RenewBeforeHonored`` for a credential that expires: False when ``spec.rotation`` asks
+    for a refresh before the renewal floor and the floor is used instead (see
+    ``rotator.schedule``); None when the credential does not expire."""
+    if credential.expires_at is None or credential.issued_at is None:
+        return None
+    renewal = schedule.renewal(
+        issued_at=credential.issued_at,
+        expires_at=credential.expires_at,
+        settings=ctx.settings,
+        seed=ctx.seed,
+    )
+    rotation = policy["spec"].get("rotation") or {}
+    if not renewal.clamped:
+        explicit = "renewBefore" in rotation or "renewBeforePercentage" in rotation
+        asked = "as spec.rotation asks" if explicit else "at the default, 2/3 of the lifetime"
+        return true(api.RENEW_BEFORE_HONORED, api.REASON_AS_SPECIFIED, f"refreshing {asked}")
+    field = (
+        f"renewBefore ({rotation['renewBefore']})"
+        if "renewBefore" in rotation
+        else f"renewBeforePercentage ({rotation.get('renewBeforePercentage')})"
+    )
+    lifetime = credential.expires_at - credential.issued_at
+    after = renewal.floor - credential.issued_at
+    return false(
+        api.RENEW_BEFORE_HONORED,
+        api.REASON_RENEW_BEFORE_TOO_LONG,
+        f"spec.rotation.{field} would refresh the credential (lifetime {lifetime:.0f} s) "
+        f"sooner than {schedule.FLOOR_FRACTION:.0%} of its lifetime, and "
+        f"{schedule.MIN_RENEWAL_AGE:.0f} s, after issue; refreshing {after:.0f} s after issue "
+        "instead",
+    )
+
+
 def refresh_reason(
     policy: api.Policy, served: derived.Served | None, source: CredentialSource, ctx: MintContext
 ) -> str | None:
     """Why a minted credential must be replaced now, or None to keep serving it."""
     if served is None:
         return "missing"
-    if not served.intact:
-        return "edited"
+    if not served.intact or served.malformed:
+        return "edited"  # its data, or an annotation that no longer parses
     if served.spec_hash != derived.spec_hash(policy["spec"]):
         return "spec changed"
     requested = (objects.meta(policy).get("annotations") or {}).get(api.ROTATE_REQUESTED_ANNOTATION)

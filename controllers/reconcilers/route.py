@@ -1,10 +1,16 @@
 """The Route reconciler: render the route configuration with every backend's credentials and
 write the route config Secret ``rotator-route-<name>`` only when its content changes.
 
-A backend that is missing, or whose credentials are not ready, conflicted or expired, is left
-out of the configuration (traffic goes to the others) and named in ``ResolvedRefs``. The
-reconcile asks to run again when the earliest inlined credential expires, so an expired
-credential never stays in a configuration.
+A backend that is missing, or whose credentials are not ready, conflicted, expired or not text
+(``InvalidCredentials``), is left out of the configuration (traffic goes to the others) and named
+in ``ResolvedRefs``: one bad input never holds back the others' fresh credentials. The reconcile
+asks to run again when the earliest inlined credential expires, so an expired credential never
+stays in a configuration.
+
+A configuration that cannot be written — larger than a Secret may hold, or refused by the API
+server as invalid — is not retried (the same inputs fail the same way): ``Programmed`` turns False
+(``ConfigTooLarge``, ``ConfigRejected``), its message says the previous configuration is stale, and
+the next change of an input renders again.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from controllers.reconcilers.derived import owner_reference
 from controllers.runtime import apply, events, objects
 from controllers.runtime import client as clients
 from controllers.runtime import clock as clocks
+from controllers.runtime import errors as api_errors
 from controllers.runtime.reconcile import Request, Result
 from controllers.runtime.store import Store
 
@@ -64,6 +71,7 @@ class RouteReconciler:
         route = cast(api.Route, cached)
         now = self._clock.now()
         resolved: dict[str, routeconfig.ResolvedBackend] = {}
+        expiries: list[float] = []
         problems: dict[str, Unresolved] = {}
         for rule in route["spec"]["rules"]:
             for ref in rule["backendRefs"]:
@@ -71,12 +79,13 @@ class RouteReconciler:
                 if name in resolved or name in problems:
                     continue
                 try:
-                    resolved[name] = self._resolve(request.namespace, name, now)
+                    resolved[name], expiry = self._resolve(request.namespace, name, now)
                 except Unresolved as exc:
                     problems[name] = exc
-        text = routeconfig.render(route, resolved)
-        digest = routeconfig.config_hash(text)
-        self._ensure_config_secret(route, text, digest)
+                    continue
+                if expiry is not None:
+                    expiries.append(expiry)
+        programmed = self._program(route, routeconfig.render(route, resolved))
         status.write(
             self._api,
             self._recorder,
@@ -86,25 +95,52 @@ class RouteReconciler:
             updates=[
                 true(ACCEPTED, "Accepted", "the spec is valid"),
                 _resolved_refs(problems),
-                # No hash here: a rotation rewrites the config Secret (whose annotation carries
-                # the hash), not the status of every Route that uses the credential.
-                true(
-                    PROGRAMMED,
-                    "Programmed",
-                    f"configuration in Secret {api.route_config_secret_name(request.name)}",
-                ),
+                programmed,
             ],
             now=now,
             event_types=(RESOLVED_REFS, PROGRAMMED),
         )
-        expiries = [
-            clocks.parse_rfc3339(b.credentials.expires_at)
-            for b in resolved.values()
-            if b.credentials is not None and b.credentials.expires_at
-        ]
         return Result(requeue_after=max(0.0, min(expiries) - now) + 0.001) if expiries else Result()
 
-    def _resolve(self, namespace: str, name: str, now: float) -> routeconfig.ResolvedBackend:
+    def _program(self, route: api.Route, text: str) -> conditions.Cond:
+        """Writes the config Secret if it can be written; the ``Programmed`` condition either way.
+
+        No hash in the message: a rotation rewrites the config Secret (whose annotation carries
+        the hash), not the status of every Route that uses the credential.
+        """
+        name = api.route_config_secret_name(objects.name(route))
+        size = routeconfig.secret_size(text)
+        if size > routeconfig.MAX_SECRET_BYTES:
+            log.warning("route.config_too_large", secret_name=name, size=size)
+            return false(
+                PROGRAMMED,
+                api.REASON_CONFIG_TOO_LARGE,
+                f"the configuration is {size} bytes, over the {routeconfig.MAX_SECRET_BYTES} "
+                f"a Secret can hold; {self._previous(route, name)}",
+            )
+        try:
+            self._ensure_config_secret(route, text, routeconfig.config_hash(text))
+        except api_errors.Invalid as exc:  # the API server's message names fields, not data
+            log.warning("route.config_rejected", secret_name=name, error=str(exc))
+            return false(
+                PROGRAMMED,
+                api.REASON_CONFIG_REJECTED,
+                f"the API server refused Secret {name}: {_bounded([str(exc)])}; "
+                f"{self._previous(route, name)}",
+            )
+        return true(PROGRAMMED, "Programmed", f"configuration in Secret {name}")
+
+    def _previous(self, route: api.Route, name: str) -> str:
+        """What the gateway still loads when the new configuration could not be written."""
+        actual = self._managed.get(objects.make_key(objects.namespace(route), name))
+        if actual is None:
+            return f"Secret {name} was not written"
+        return f"Secret {name} keeps the previous configuration, which is stale"
+
+    def _resolve(
+        self, namespace: str, name: str, now: float
+    ) -> tuple[routeconfig.ResolvedBackend, float | None]:
+        """The backend with its credentials, and when they expire; raises :class:`Unresolved`."""
         key = objects.make_key(namespace, name)
         backend = self._backends.get(key)
         if backend is None or objects.is_being_deleted(backend):
@@ -112,7 +148,7 @@ class RouteReconciler:
         spec = cast(api.BackendSpec, backend["spec"])
         policies = policies_for(self._policies, key)
         if not policies:
-            return routeconfig.ResolvedBackend(name, spec, None)
+            return routeconfig.ResolvedBackend(name, spec, None), None
         if len(policies) > 1:
             raise Unresolved(
                 "PolicyConflict", f"ServiceBackend {name} is targeted by several policies"
@@ -121,33 +157,46 @@ class RouteReconciler:
         policy_name = objects.name(policy)
         if not conditions.is_true(policy, "Ready"):
             raise Unresolved("PolicyNotReady", f"BackendSecurityPolicy {policy_name} is not ready")
-        secret = self._managed.get(
-            objects.make_key(namespace, api.derived_secret_name(policy_name))
-        )
+        secret_name = api.derived_secret_name(policy_name)
+        secret = self._managed.get(objects.make_key(namespace, secret_name))
         if secret is None:
             raise Unresolved("PolicyNotReady", f"credentials of {policy_name} not written yet")
+        where = (
+            f"ServiceBackend {name}: Secret {secret_name} of BackendSecurityPolicy {policy_name}"
+        )
         expires = (objects.meta(secret).get("annotations") or {}).get(api.EXPIRATION_ANNOTATION)
-        if expires is not None and clocks.parse_rfc3339(expires) <= now:
+        try:
+            expiry = clocks.parse_rfc3339(expires) if expires is not None else None
+        except ValueError:
+            raise Unresolved(
+                api.REASON_INVALID_CREDENTIALS,
+                f"{where}: annotation {api.EXPIRATION_ANNOTATION} is not an RFC 3339 time",
+            ) from None
+        if expiry is not None and expiry <= now:
             raise Unresolved(
                 "CredentialsExpired", f"credentials of {policy_name} expired at {expires}"
             )
-        data = {k: base64.b64decode(v).decode() for k, v in (secret.get("data") or {}).items()}
+        try:
+            data = routeconfig.credentials_text(secret.get("data") or {})
+        except routeconfig.InvalidCredentials as exc:
+            raise Unresolved(api.REASON_INVALID_CREDENTIALS, f"{where}: {exc}") from None
         credentials = routeconfig.ResolvedCredentials(
             policy_name, str(policy["spec"]["type"]), data, expires
         )
-        return routeconfig.ResolvedBackend(name, spec, credentials)
+        return routeconfig.ResolvedBackend(name, spec, credentials), expiry
 
     def _ensure_config_secret(self, route: api.Route, text: str, digest: str) -> None:
         md = route["metadata"]
         name = api.route_config_secret_name(md["name"])
+        labels, owner_annotations = api.owner_labels(api.ROUTE_LABEL, md["name"])
         desired: dict[str, Any] = {
             "apiVersion": "v1",
             "kind": "Secret",
             "metadata": {
                 "name": name,
                 "namespace": md["namespace"],
-                "labels": {api.MANAGED_BY_LABEL: api.MANAGED_BY, "rotator.dev/route": md["name"]},
-                "annotations": {api.CONFIG_HASH_ANNOTATION: digest},
+                "labels": {api.MANAGED_BY_LABEL: api.MANAGED_BY, **labels},
+                "annotations": {api.CONFIG_HASH_ANNOTATION: digest, **owner_annotations},
                 "ownerReferences": [owner_reference(route, "Route")],
             },
             "type": "Opaque",
@@ -173,6 +222,28 @@ class RouteReconciler:
 def _resolved_refs(problems: dict[str, Unresolved]) -> conditions.Cond:
     if not problems:
         return true(RESOLVED_REFS, "ResolvedRefs", "every backend and its credentials resolved")
-    first = problems[sorted(problems)[0]]
-    detail = "; ".join(str(problems[n]) for n in sorted(problems))
-    return false(RESOLVED_REFS, first.reason, f"left out of the configuration: {detail}")
+    names = sorted(problems)
+    first = problems[names[0]]
+    return false(
+        RESOLVED_REFS,
+        first.reason,
+        f"left out of the configuration: {_bounded([str(problems[n]) for n in names])}",
+    )
+
+
+MESSAGE_BUDGET = 4096
+"""Characters of a condition message spent on listing problems: the CRD allows 32768, and a Route
+may reference 2048 backends."""
+
+
+def _bounded(items: list[str]) -> str:
+    """``items`` joined, as many as fit in :data:`MESSAGE_BUDGET`, then how many more there are."""
+    shown: list[str] = []
+    used = 0
+    for item in items:
+        if shown and used + len(item) > MESSAGE_BUDGET:
+            break
+        shown.append(item[:MESSAGE_BUDGET])
+        used += len(item) + 2
+    more = len(items) - len(shown)
+    return "; ".join(shown) + (f"; and {more} more" if more else "")

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from controllers.reconcilers import api, conditions, indexes
+from controllers.reconcilers import api, conditions, indexes, secretviews
 from controllers.reconcilers.backend import BackendReconciler
 from controllers.reconcilers.metrics import CredentialMetrics
 from controllers.reconcilers.policy import PolicyReconciler
@@ -51,8 +51,8 @@ class ChainOptions:
     policy_workers: int = 16
     """Concurrent policy reconciles: they wait on providers, so more of them. Defaults to 16."""
     provider_concurrency: int = 4
-    """Calls in flight to any one provider (a bulkhead: a hanging provider holds at most this
-    many policy workers). Defaults to 4."""
+    """Calls in flight to any one provider — for OIDC, to any one issuer host (a bulkhead: a
+    hanging provider holds at most this many policy workers). Defaults to 4."""
     channel_capacity: int = 1024
     """Keys each channel holds before senders are pushed back. Defaults to 1024."""
     iam_key_grace_period: float = 300.0
@@ -61,6 +61,9 @@ class ChainOptions:
     """Google STS, IAM credentials and OAuth token endpoints. Defaults to Google's."""
     azure_authority_host: str = azure.DEFAULT_AUTHORITY
     """Azure AD authority host. Defaults to login.microsoftonline.com."""
+    allow_insecure_oidc_issuers: bool = False
+    """Accept ``http://`` OIDC issuers (client secrets in clear): local development only.
+    Defaults to False (an http issuer fails its policies with reason InsecureIssuer)."""
 
 
 def _spec_or_annotations_changed(old: Body | None, new: Body) -> bool:
@@ -94,7 +97,11 @@ def credential_sources(
 ) -> dict[str, CredentialSource]:
     """One source per policy type, with the provider clients they share."""
     concurrency = options.provider_concurrency
-    tokens = oidc.TokenSource(observer=metrics, concurrency=concurrency)
+    tokens = oidc.TokenSource(
+        observer=metrics,
+        concurrency=concurrency,
+        allow_insecure=options.allow_insecure_oidc_issuers,
+    )
     service_accounts = ServiceAccountTokens(mgr.api, metrics)
     return {
         "APIKey": APIKeySource(),
@@ -132,8 +139,15 @@ def register(
     metrics = CredentialMetrics(mgr.metrics.registry)
     credential_sources_ = by_type if by_type is not None else credential_sources(mgr, metrics, o)
     cache = mgr.cache
-    all_secrets = cache.informer(objects.SECRETS, metadata_only=True)
-    managed = cache.informer(objects.SECRETS, label_selector=api.MANAGED_SELECTOR)
+    all_secrets = cache.informer(
+        objects.SECRETS, metadata_only=True, transform=secretviews.identity_only
+    )
+    managed = cache.informer(
+        objects.SECRETS,
+        label_selector=api.MANAGED_SELECTOR,
+        transform=secretviews.managed,
+        page_size=secretviews.MANAGED_PAGE_SIZE,
+    )
     policies = cache.informer(api.POLICIES)
     backends = cache.informer(api.BACKENDS)
     routes = cache.informer(api.ROUTES)

@@ -11,6 +11,7 @@ One behaviour per module, each building on the one below it:
 - ``store`` / ``informer`` / ``cache``: list+watch informers feeding indexed stores.
 - ``reconcile`` / ``sources`` / ``channel`` / ``controller``: the reconcile contract and loop.
 - ``leaderelection`` / ``events`` / ``metrics`` / ``health`` / ``manager``: running it all.
+- ``tlsserving`` / ``metricsauth`` / ``expiring``: HTTPS metrics for callers RBAC allows (cached).
 
 Nothing here knows about credentials, and nothing here imports ``rotator``.
 """

@@ -6,6 +6,8 @@ deliberately does not hold (the data of Secrets watched metadata-only).
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import threading
 import time
 from collections import OrderedDict
@@ -14,7 +16,7 @@ from dataclasses import dataclass
 
 from controllers.runtime import client as clients
 from controllers.runtime import errors, objects
-from controllers.runtime.informer import Informer, InformerOptions
+from controllers.runtime.informer import Informer, InformerOptions, Transform
 from controllers.runtime.objects import Body, ObjectKey, Resource
 
 
@@ -45,20 +47,36 @@ class Cache:
         self._started = False
 
     def informer(
-        self, resource: Resource, *, metadata_only: bool = False, label_selector: str | None = None
+        self,
+        resource: Resource,
+        *,
+        metadata_only: bool = False,
+        label_selector: str | None = None,
+        transform: Transform | None = None,
+        page_size: int | None = None,
     ) -> Informer:
-        """The informer for this view, created on first use (and started if the cache is)."""
+        """The informer for this view, created on first use (and started if the cache is).
+
+        ``transform`` trims each object before it is stored (controller-runtime's
+        ``cache.Options.ByObject[...].Transform``): keep only what reconcilers read.
+        ``page_size`` overrides the list page size for views whose objects may be large (a
+        page is held whole while it is decoded). Both apply when the view is first created.
+        """
         view = View(resource, metadata_only, label_selector)
         with self._lock:
             informer = self._informers.get(view)
             if informer is None:
+                options = self._options
+                if page_size is not None:
+                    options = dataclasses.replace(options, page_size=page_size)
                 informer = Informer(
                     self._api,
                     resource,
                     namespaces=self._namespaces or None,
                     label_selector=label_selector,
                     metadata_only=metadata_only,
-                    options=self._options,
+                    transform=transform,
+                    options=options,
                 )
                 self._informers[view] = informer
                 if self._started:
@@ -103,19 +121,31 @@ class FullObjectReader:
 
     The metadata informer says whether an object exists and which resourceVersion is current; the
     body is fetched once per resourceVersion and kept in a small LRU, so repeated reconciles of an
-    unchanged object read nothing from the API server, and memory holds only the bodies that
-    were asked for (at most ``max_entries``). Defaults to 1024 entries.
+    unchanged object read nothing from the API server. The LRU is bounded in bytes (the size of
+    each body as JSON), not in entries: anyone who can create a Secret decides how large it is,
+    and a count bound would let a few hundred 1 MiB Secrets fill the controller's memory. A body
+    larger than a quarter of the budget is returned but not kept. Only ``metadata`` (name,
+    namespace, uid, resourceVersion) and ``data`` of a kept body are retained. Defaults to
+    16 MiB.
     """
 
-    def __init__(self, api: clients.Client, informer: Informer, *, max_entries: int = 1024) -> None:
+    def __init__(
+        self, api: clients.Client, informer: Informer, *, max_bytes: int = 16 * 1024 * 1024
+    ) -> None:
         if not informer.metadata_only:
             raise ValueError("a FullObjectReader sits over a metadata-only informer")
         self._api = api
         self._informer = informer
-        self._max = max_entries
+        self._max_bytes = max_bytes
         self._lock = threading.Lock()
-        self._bodies: OrderedDict[ObjectKey, Body] = OrderedDict()
-        self.fetches = 0
+        self._bodies: OrderedDict[ObjectKey, tuple[Body, int]] = OrderedDict()
+        self._bytes = 0
+
+    @property
+    def cached_bytes(self) -> int:
+        """Bytes of the bodies kept (as JSON), at most ``max_bytes``."""
+        with self._lock:
+            return self._bytes
 
     def get(self, namespace: str, name: str) -> Body | None:
         """The full object, or None when the cache says it does not exist."""
@@ -123,22 +153,37 @@ class FullObjectReader:
         meta = self._informer.store.get(key)
         if meta is None:
             with self._lock:
-                self._bodies.pop(key, None)
+                self._forget(key)
             return None
         version = objects.meta(meta).get("resourceVersion")
         with self._lock:
-            body = self._bodies.get(key)
-            if body is not None and objects.meta(body).get("resourceVersion") == version:
+            kept = self._bodies.get(key)
+            if kept is not None and objects.meta(kept[0]).get("resourceVersion") == version:
                 self._bodies.move_to_end(key)
-                return body
+                return kept[0]
         try:
             body = self._api.get(self._informer.resource, name, namespace=namespace)
         except errors.NotFound:
             return None
-        self.fetches += 1
+        body = _trimmed(body)
+        size = len(json.dumps(body, separators=(",", ":")))
         with self._lock:
-            self._bodies[key] = body
-            self._bodies.move_to_end(key)
-            while len(self._bodies) > self._max:
-                self._bodies.popitem(last=False)
+            self._forget(key)
+            if size <= self._max_bytes // 4:
+                self._bodies[key] = (body, size)
+                self._bytes += size
+                while self._bytes > self._max_bytes:
+                    _, (_, dropped) = self._bodies.popitem(last=False)
+                    self._bytes -= dropped
         return body
+
+    def _forget(self, key: ObjectKey) -> None:
+        kept = self._bodies.pop(key, None)
+        if kept is not None:
+            self._bytes -= kept[1]
+
+
+def _trimmed(body: Body) -> Body:
+    md = objects.meta(body)
+    kept_meta = {k: md[k] for k in ("name", "namespace", "uid", "resourceVersion") if k in md}
+    return {"metadata": kept_meta, "data": body.get("data") or {}}

@@ -272,11 +272,18 @@ class Client:
         response = self._send(
             method, path, query=query, body=body, content_type=content_type, accept=accept
         )
+        data = _read_body(response, method=method, path=path)
         try:
-            data = response.data
-        finally:
-            response.release_conn()
-        decoded: Body = json.loads(data) if data else {}
+            decoded: Body = json.loads(data) if data else {}
+        except ValueError as exc:
+            # JSONDecodeError, UnicodeDecodeError: a body cut short or mangled in transit. The
+            # message names neither the body nor a byte of it (it may be a Secret's).
+            raise errors.ConnectionFailed(
+                f"the {response.status} response body ({len(data)} bytes) is not JSON: "
+                f"{type(exc).__name__}",
+                method=method,
+                path=path,
+            ) from None
         return decoded
 
     def _send(
@@ -318,10 +325,7 @@ class Client:
             self._metrics.request_done(method=method, code=code, seconds=time.monotonic() - start)
         if 200 <= response.status < 300:
             return response
-        try:
-            raw = response.data
-        finally:
-            response.release_conn()
+        raw = _read_body(response, method=method, path=path)
         raise _status_error(response.status, raw, method=method, path=path)
 
     def _bounded(
@@ -338,6 +342,22 @@ class Client:
         if isinstance(timeout, tuple):
             return (min(timeout[0], remaining), min(timeout[1], remaining))
         return min(timeout, remaining)
+
+
+def _read_body(response: urllib3.HTTPResponse, *, method: str, path: str) -> bytes:
+    """The whole body (``preload_content`` is off, so this is where it is read); a connection that
+    breaks or times out while reading is a :class:`~.errors.ConnectionFailed`, like one that
+    breaks before the status line."""
+    try:
+        return bytes(response.data)
+    except (urllib3.exceptions.HTTPError, OSError) as exc:
+        raise errors.ConnectionFailed(
+            f"reading the {response.status} response failed: {type(exc).__name__}: {exc}",
+            method=method,
+            path=path,
+        ) from exc
+    finally:
+        response.release_conn()
 
 
 def _selectors(label_selector: str | None, field_selector: str | None) -> list[tuple[str, str]]:

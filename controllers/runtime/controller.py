@@ -1,15 +1,18 @@
 """The controller loop: sources feed a rate-limited queue; workers reconcile what it hands out.
 
 All reconcile outcomes are dispatched in one place, :meth:`Controller._handle`, following
-:mod:`controllers.runtime.reconcile`. A worker never dies of a reconcile's exception. Every
-reconcile runs under a deadline that bounds all its API requests (``reconcile_timeout``); a
-reconcile that overruns it anyway is reported by a watchdog, once, with its key and duration.
+:mod:`controllers.runtime.reconcile`. A worker never dies of an exception, the reconcile's or
+one raised after it (the key is then requeued with backoff). Every reconcile runs under a deadline
+that bounds all its API requests (``reconcile_timeout``); a reconcile that overruns it anyway is
+reported by a watchdog, once, with its key and duration. The watchdog also sweeps the queue's
+delayed adds every second, so a timer fire lost by the scheduler costs a second, not the key.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+import traceback
 import uuid
 from dataclasses import dataclass
 
@@ -22,6 +25,10 @@ from controllers.runtime.reconcile import Reconciler, Request, Result, TerminalE
 from controllers.runtime.sources import Source
 
 log = structlog.get_logger(__name__)
+
+
+CRASH_RETRY = 1.0
+"""Seconds before a key is retried when even its rate-limited requeue failed."""
 
 
 @dataclass(frozen=True)
@@ -93,21 +100,30 @@ class Controller:
         self._log.info("controller.started", workers=self._options.workers)
 
     def stop(self, timeout: float = 30.0) -> bool:
-        """Stops taking work and waits up to ``timeout`` for in-flight reconciles to finish.
+        """Stops taking work and waits up to ``timeout`` in all for in-flight reconciles to finish.
 
-        Returns False if some were still running when the time ran out.
+        Returns False if some were still running when the time ran out: they are abandoned, and
+        only the end of the process ends them.
         """
+        end = time.monotonic() + timeout
         self._stopping.set()
         for source in self._sources:
             source.stop()
         drained = self.queue.shut_down_with_drain(timeout)
-        end = time.monotonic() + timeout
         for worker in self._workers:
             worker.join(max(0.0, end - time.monotonic()))
+        drained = drained and not any(w.is_alive() for w in self._workers)
         if not drained:
             self._log.warning("controller.stop_timeout", in_flight=self.queue.processing())
         self._log.info("controller.stopped")
         return drained
+
+    def dead_workers(self) -> list[str]:
+        """Worker threads that ended while the controller runs (none once it is stopping):
+        ``/healthz`` fails on any, so a controller that silently stopped working gets restarted."""
+        if self._stopping.is_set():
+            return []
+        return [w.name for w in self._workers if not w.is_alive()]
 
     # --- workers -----------------------------------------------------------------------------
 
@@ -122,9 +138,29 @@ class Controller:
             self._metrics.active_workers.labels(self.name).inc()
             try:
                 self._process(worker_id, request)
+            except Exception as exc:  # outside the reconcile (dispatch, queue, metrics): a bug
+                self._survive(request, exc)
             finally:
                 self._metrics.active_workers.labels(self.name).dec()
                 self.queue.done(request)
+
+    def _survive(self, request: Request, exc: Exception) -> None:
+        """Keeps the worker alive and the key queued after an exception outside the reconcile.
+
+        The key is requeued with the rate limiter's backoff (a bug that fails every time must not
+        spin); should even that fail, after a fixed :data:`CRASH_RETRY`. Logged with the key and
+        the error's type only: the message may quote what the reconcile was handling.
+        """
+        try:
+            self._log.error(
+                "worker.unexpected_error",
+                namespace=request.namespace,
+                name=request.name,
+                error_type=type(exc).__name__,
+            )
+            self.queue.add_rate_limited(request)
+        except Exception:
+            self.queue.add_after(request, CRASH_RETRY)
 
     def _process(self, worker_id: int, request: Request) -> None:
         reconcile_id = uuid.uuid4().hex[:12]
@@ -137,6 +173,7 @@ class Controller:
             name=request.name,
             reconcile_id=reconcile_id,
         ):
+            self._log.debug("reconcile.started")  # with reconcile.done: when it ran, from logs
             try:
                 with clients.deadline(started + self._options.reconcile_timeout):
                     result: Result | BaseException = self._reconciler.reconcile(request)
@@ -173,10 +210,8 @@ class Controller:
                 self._log.log(
                     level,
                     "reconcile.failed",
-                    error=str(outcome),
-                    error_type=type(outcome).__name__,
                     retries=self.queue.num_requeues(request),
-                    exc_info=None if transient else outcome,
+                    **described(outcome, transient=transient),
                 )
             case Result(requeue_after=after) if after:
                 self.queue.forget(request)
@@ -194,6 +229,7 @@ class Controller:
     def _watchdog(self) -> None:
         timeout = self._options.reconcile_timeout
         while not self._stopping.wait(1.0):
+            self._sweep_timers()
             now = time.monotonic()
             with self._active_lock:
                 overdue = [
@@ -210,3 +246,30 @@ class Controller:
                     running_for=round(now - active.started, 1),
                     timeout=timeout,
                 )
+
+    def _sweep_timers(self) -> None:
+        """Adds what a lost timer fire left waiting (:meth:`.DelayingQueue.sweep`): on this
+        thread, every second, so no scheduler fault can keep a key from its reconcile."""
+        try:
+            self.queue.sweep()
+        except Exception as exc:  # the watchdog outlives it, and sweeps again in a second
+            self._log.error("controller.sweep_failed", error_type=type(exc).__name__)
+
+
+def described(exc: BaseException, *, transient: bool) -> dict[str, object]:
+    """Log fields for a failed reconcile that cannot leak what the reconciler was handling.
+
+    API errors carry the API server's message, which never holds a Secret's data; anything else
+    is a bug whose message may quote its input (``UnicodeDecodeError`` quotes the offending
+    byte), so it is logged by type and stack frames only.
+    """
+    if isinstance(exc, errors.ApiError):
+        fields: dict[str, object] = {"error": str(exc), "error_type": type(exc).__name__}
+        if not transient:
+            fields["stack"] = "".join(traceback.format_tb(exc.__traceback__))
+        return fields
+    return {
+        "error": f"unexpected {type(exc).__name__} (message withheld: it may quote input)",
+        "error_type": type(exc).__name__,
+        "stack": "".join(traceback.format_tb(exc.__traceback__)),
+    }

@@ -16,7 +16,8 @@
         ├── Forbidden             403
         ├── NotFound              404
         ├── Gone                  410: resourceVersion too old; re-list
-        └── Invalid               422: the object failed validation (message says why)
+        ├── Invalid               422: the object failed validation (message says why)
+        └── InvalidName           refused before sending: a name unsafe as a path segment
 
 Messages carry the API server's own message, which never contains a Secret's data.
 """
@@ -94,6 +95,10 @@ class Gone(ApiError):
 
 class Invalid(ApiError):
     pass
+
+
+class InvalidName(ApiError):
+    """A name that is not one safe path segment (``..``, ``a/b``, empty): no request was sent."""
 
 
 _BY_STATUS: dict[int, type[ApiError]] = {

@@ -3,17 +3,25 @@
 A check is a function returning None when healthy or a short reason when not. ``/readyz`` is
 meant to fail until the caches have synced (the manager registers that check), so a Service does
 not route to, and a rollout does not proceed past, a replica that cannot yet reconcile.
+``/healthz`` fails when a thread the process cannot work without has ended — the leader elector,
+a controller's workers (:func:`thread_running`, :func:`none_ended`) — so the kubelet restarts a
+replica that answers pings but no longer does anything.
+
+Metrics can be served over TLS (:mod:`.tlsserving`) and only to callers the API server
+authenticates and authorizes (:mod:`.metricsauth`); probes stay plain HTTP, for the kubelet.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import MetricsHandler
+
+from controllers.runtime import metricsauth, tlsserving
 
 Check = Callable[[], str | None]
 
@@ -26,6 +34,30 @@ def parse_bind_address(address: str) -> tuple[str, int] | None:
     if not sep or not port.isdigit():
         raise ValueError(f"bind address {address!r} is not host:port or :port")
     return host or "0.0.0.0", int(port)  # noqa: S104 - ":port" means all interfaces, as in Go
+
+
+def thread_running(
+    thread: Callable[[], threading.Thread | None], *, until: threading.Event
+) -> Check:
+    """Fails when ``thread()`` has been started and has ended before ``until`` was set."""
+
+    def check() -> str | None:
+        t = thread()
+        if t is None or t.ident is None or t.is_alive() or until.is_set():
+            return None
+        return f"thread {t.name} ended"
+
+    return check
+
+
+def none_ended(ended: Callable[[], Sequence[str]]) -> Check:
+    """Fails while ``ended()`` names any thread (e.g. ``Controller.dead_workers``)."""
+
+    def check() -> str | None:
+        names = ended()
+        return f"threads ended: {', '.join(names)}" if names else None
+
+    return check
 
 
 class Probes:
@@ -61,10 +93,20 @@ class Probes:
 
 
 class Server:
-    """A threaded HTTP server on its own daemon thread."""
+    """A threaded HTTP server on its own daemon thread; HTTPS only, when given ``tls``."""
 
-    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]) -> None:
-        self._httpd = ThreadingHTTPServer(address, handler)
+    def __init__(
+        self,
+        address: tuple[str, int],
+        handler: type[BaseHTTPRequestHandler],
+        *,
+        tls: tlsserving.Certificates | None = None,
+    ) -> None:
+        self._httpd = (
+            ThreadingHTTPServer(address, handler)
+            if tls is None
+            else tlsserving.TLSServer(address, handler, tls)
+        )
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
 
@@ -109,6 +151,36 @@ def probe_server(address: tuple[str, int], probes: Probes) -> Server:
     return Server(address, Handler)
 
 
-def metrics_server(address: tuple[str, int], registry: CollectorRegistry) -> Server:
-    handler = MetricsHandler.factory(registry)
-    return Server(address, handler)
+def metrics_server(
+    address: tuple[str, int],
+    registry: CollectorRegistry,
+    *,
+    tls: tlsserving.Certificates | None = None,
+    auth: metricsauth.Filter | None = None,
+) -> Server:
+    """Prometheus text for ``registry``; with ``auth``, only to requests it lets through."""
+
+    class Handler(MetricsHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name for the GET handler
+            if auth is not None:
+                verdict = auth.verdict(
+                    self.headers.get("Authorization"),
+                    method=self.command,
+                    path=urlsplit(self.path).path,
+                )
+                if not verdict.allowed:
+                    self._refuse(verdict)
+                    return
+            super().do_GET()
+
+        def _refuse(self, verdict: metricsauth.Verdict) -> None:
+            data = (verdict.message + "\n").encode()
+            self.send_response(verdict.status)
+            self.send_header("Content-Type", "text/plain; charset=utf-8")
+            self.send_header("X-Content-Type-Options", "nosniff")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    Handler.registry = registry
+    return Server(address, Handler, tls=tls)

@@ -113,8 +113,10 @@ class Informer:
         self.store = Store()
         self.stats = InformerStats()
         self._api = api
+        # One reflector per distinct namespace (a repeated --namespace must not wait for ever
+        # on a second sync of the same scope); None is every namespace.
         self._scopes: list[str | None] = (
-            list(namespaces) if namespaces and resource.namespaced else [None]
+            list(dict.fromkeys(namespaces)) if namespaces and resource.namespaced else [None]
         )
         self._label_selector = label_selector
         self._field_selector = field_selector
@@ -247,12 +249,17 @@ class Informer:
                 continue_token=continue_token,
                 metadata_only=self.metadata_only,
             )
-            for item in page.get("items") or []:
+            raw: list[Body | None] = page.pop("items", None) or []
+            meta = page.get("metadata") or {}
+            del page
+            for i, item in enumerate(raw):
+                raw[i] = None  # drop each raw item once transformed: peak memory is one page
+                assert item is not None
                 # list items omit apiVersion/kind; watch events carry them
                 item.setdefault("apiVersion", self.resource.api_version)
                 item.setdefault("kind", self.resource.kind)
                 items.append(self._transform(item))
-            meta = page.get("metadata") or {}
+            del raw
             continue_token = meta.get("continue")
             if not continue_token:
                 resource_version = str(meta.get("resourceVersion") or "")

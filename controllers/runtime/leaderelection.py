@@ -7,17 +7,35 @@ has no metric. This is client-go's algorithm, on plain JSON:
 * A candidate tries every ``retry_period`` (jittered) to take the Lease. It may take it when no one
   holds it, or when the holder's record has not changed for ``lease_duration`` as measured on the
   candidate's own monotonic clock (never by comparing wall clocks across machines).
-* The leader renews every ``retry_period``; if it cannot renew for ``renew_deadline`` it has lost
-  the lease and says so. The manager then exits the process, as controller-runtime does: a former
-  leader that limps on could write alongside the new one.
-* Every write is a compare-and-swap on ``resourceVersion``.
-* On a graceful stop the leader releases the lease (empty holder) so a successor need not wait.
+* The leader renews every ``retry_period``. Every write is a compare-and-swap on
+  ``resourceVersion``.
+* Any end of leading that was not asked for — no successful renew within ``renew_deadline``,
+  another holder seen on the Lease, any exception in the elector or in ``on_started`` — calls
+  ``on_lost`` once; the manager then exits the process at once, as controller-runtime does: a
+  former leader that limps on could write alongside the new one.
+* :meth:`LeaderElector.run` returns on ``stop`` *without* releasing the Lease: the caller stops
+  the work the Lease guards first, then calls :meth:`LeaderElector.release` (controller-runtime
+  cancels the election only after its runnables have stopped, for the same reason).
 
-Defaults (15 s / 10 s / 2 s) are controller-runtime's.
+The timing contract (defaults are controller-runtime's, 15 s / 10 s / 2 s)::
+
+    lease_duration  15 s  a candidate takes over only after the Lease stood unchanged this long
+    renew_deadline  10 s  the leader gives up when it has not renewed for this long
+    retry_period     2 s  between attempts to acquire or renew
+
+``renew_deadline`` is counted from the *start* of the last successful renew attempt (the write
+landed after that instant, so the others saw it no sooner), and every attempt's requests are
+bounded by the time left before it (:func:`~controllers.runtime.client.deadline`); an attempt
+cannot overrun it, so the leader stops at most ``renew_deadline`` after its last write. A
+candidate takes over no sooner than ``lease_duration`` after it saw that write: the
+``lease_duration - renew_deadline`` = 5 s between the two are the old leader's time to exit.
+client-go counts ``renew_deadline`` from the start of each renew cycle, up to ``retry_period``
+after the last success, which leaves 3 s; the stricter count here keeps all 5.
 """
 
 from __future__ import annotations
 
+import enum
 import random
 import threading
 import time
@@ -29,6 +47,7 @@ from typing import Any
 import structlog
 
 from controllers.runtime import client as clients
+from controllers.runtime import clock as clocks
 from controllers.runtime import errors, objects
 
 log = structlog.get_logger(__name__)
@@ -49,11 +68,20 @@ class LeaderElectionOptions:
     retry_period: float = 2.0
     """Seconds between attempts to acquire or renew."""
     release_on_stop: bool = True
-    """Release the Lease on a graceful stop. Defaults to True."""
+    """Release the Lease on a graceful stop, once the work has stopped. Defaults to True."""
 
     def __post_init__(self) -> None:
         if not self.lease_duration > self.renew_deadline > self.retry_period * 1.2:
             raise ValueError("need lease_duration > renew_deadline > 1.2 * retry_period")
+
+
+class _Outcome(enum.Enum):
+    HELD = "held"
+    """The Lease is ours, written just now."""
+    TAKEN = "taken"
+    """Another candidate holds a live Lease."""
+    FAILED = "failed"
+    """The attempt failed (API error, conflict); a later one may succeed."""
 
 
 def _micro_time(at: float) -> str:
@@ -71,16 +99,19 @@ class LeaderElector:
         on_started: Callable[[], None],
         on_lost: Callable[[], None],
         report: Callable[[bool], None] = lambda leading: None,
+        clock: clocks.Clock | None = None,
     ) -> None:
         self._api = api
         self._o = options
         self._on_started = on_started
         self._on_lost = on_lost
         self._report = report
+        self._clock = clock or clocks.RealClock()
         self._rng = random.Random()  # noqa: S311 - jitter, not cryptography
         self._observed_spec: dict[str, Any] | None = None
         self._observed_at = 0.0  # monotonic time when _observed_spec last changed
         self._observed_version = ""
+        self._renew_by = 0.0  # monotonic time by which the next renew must have succeeded
         self._leading = threading.Event()
         self._log = log.bind(lease=f"{options.namespace}/{options.name}", identity=options.identity)
 
@@ -88,67 +119,133 @@ class LeaderElector:
     def leading(self) -> bool:
         return self._leading.is_set()
 
+    def overdue(self) -> bool:
+        """True when leading and the renew deadline has passed: leadership must be given up even
+        if the elector thread is still stuck in a request. The manager checks this as well."""
+        return self.leading and self._clock.monotonic() >= self._renew_by
+
     def run(self, stop: threading.Event) -> None:
-        """Campaigns until leading, leads until the lease is lost or ``stop`` is set."""
-        self._report(False)
-        if not self._acquire(stop):
-            return
-        self._leading.set()
-        self._log.info("leader.elected")
+        """Campaigns until leading, then leads until ``stop`` is set or leadership ends.
+
+        Returns quietly on ``stop``, still holding the Lease (see :meth:`release`). Every other
+        way out — the renew deadline passed, another holder, any exception — calls ``on_lost``.
+        """
+        why: str | None = None
         try:
+            self._report(False)
+            if not self._acquire(stop):
+                return
+            self._leading.set()
+            self._log.info("leader.elected")
             self._on_started()
             self._report(True)  # after the controllers started: leading means working
-            self._renew(stop)
+            why = self._renew(stop)
+        except Exception as exc:  # any failure of the elector ends leadership
+            why = f"the elector failed: {type(exc).__name__}: {exc}"
+            self._log.exception("leader.elector_failed")
         finally:
             self._leading.clear()
             self._report(False)
-        if stop.is_set():
-            if self._o.release_on_stop:
-                self._release()
-            return
-        self._log.error("leader.lost", why=f"could not renew for {self._o.renew_deadline}s")
-        self._on_lost()
+        if why is not None:
+            self._log.error("leader.lost", why=why)
+            self._on_lost()
+
+    def release(self) -> bool:
+        """Gives the Lease up (empty holder) so a successor need not wait ``lease_duration``.
+
+        Call only after :meth:`run` has returned and the work the Lease guarded has stopped.
+        Returns True if it was released.
+        """
+        if (
+            self._observed_spec is None
+            or self._observed_spec.get("holderIdentity") != self._o.identity
+        ):
+            return False
+        left = self._renew_by - self._clock.monotonic()
+        if left <= 0:
+            self._log.warning("leader.not_released", why="past the renew deadline")
+            return False
+        spec = dict(self._observed_spec)
+        spec.update(
+            holderIdentity="", leaseDurationSeconds=1, renewTime=_micro_time(self._clock.now())
+        )
+        body = {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {
+                "name": self._o.name,
+                "namespace": self._o.namespace,
+                "resourceVersion": self._observed_version,
+            },
+            "spec": spec,
+        }
+        try:
+            with clients.deadline(time.monotonic() + left):
+                self._api.replace(objects.LEASES, body)
+        except errors.ApiError as exc:
+            self._log.warning("leader.release_failed", error=str(exc))
+            return False
+        self._observed_spec = None
+        self._log.info("leader.released")
+        return True
 
     def _acquire(self, stop: threading.Event) -> bool:
         self._log.info("leader.campaigning")
         while not stop.is_set():
-            if self._try_acquire_or_renew():
+            if self._attempt(self._o.renew_deadline) is _Outcome.HELD:
                 return True
             stop.wait(self._o.retry_period * (1.0 + self._rng.uniform(0.0, 1.2)))
         return False
 
-    def _renew(self, stop: threading.Event) -> None:
-        last_renewed = time.monotonic()
-        while not stop.wait(self._o.retry_period):
-            if self._try_acquire_or_renew():
-                last_renewed = time.monotonic()
-                continue
-            if time.monotonic() - last_renewed >= self._o.renew_deadline:
-                return
+    def _renew(self, stop: threading.Event) -> str | None:
+        """Renews every ``retry_period``; returns why leadership ended, or None on ``stop``."""
+        while True:
+            left = self._renew_by - self._clock.monotonic()
+            if left <= 0 or stop.wait(min(self._o.retry_period, left)):
+                break
+            left = self._renew_by - self._clock.monotonic()
+            if left <= 0:
+                break
+            outcome = self._attempt(left)
+            if outcome is _Outcome.TAKEN:
+                return "another candidate holds the lease"
+        if stop.is_set():
+            return None
+        return f"could not renew within the renew deadline ({self._o.renew_deadline:g} s)"
 
-    def _try_acquire_or_renew(self) -> bool:
-        now = time.time()
+    def _attempt(self, budget: float) -> _Outcome:
+        """One try to acquire or renew, its requests bounded to ``budget`` seconds; on success
+        the next renew is due ``renew_deadline`` after this attempt began."""
+        started = self._clock.monotonic()
+        with clients.deadline(time.monotonic() + budget):
+            outcome = self._try_acquire_or_renew()
+        if outcome is _Outcome.HELD:
+            self._renew_by = started + self._o.renew_deadline
+        return outcome
+
+    def _try_acquire_or_renew(self) -> _Outcome:
+        now = self._clock.now()
         try:
             lease = self._api.get(objects.LEASES, self._o.name, namespace=self._o.namespace)
         except errors.NotFound:
             return self._create(now)
         except errors.ApiError as exc:
             self._log.warning("leader.read_failed", error=str(exc))
-            return False
+            return _Outcome.FAILED
         spec: dict[str, Any] = dict(lease.get("spec") or {})
         version = str(objects.meta(lease).get("resourceVersion", ""))
         if spec != self._observed_spec:
             self._observed_spec = spec
-            self._observed_at = time.monotonic()
+            self._observed_at = self._clock.monotonic()
         self._observed_version = version
         holder = spec.get("holderIdentity") or ""
         duration = float(spec.get("leaseDurationSeconds") or self._o.lease_duration)
         if (
             holder
             and holder != self._o.identity
-            and self._observed_at + duration > time.monotonic()
+            and self._observed_at + duration > self._clock.monotonic()
         ):
-            return False  # someone else holds a live lease
+            return _Outcome.TAKEN  # someone else holds a live lease
         taking_over = holder != self._o.identity
         new_spec = dict(spec)
         new_spec.update(
@@ -176,11 +273,11 @@ class LeaderElector:
         except errors.ApiError as exc:
             if not isinstance(exc, errors.Conflict):
                 self._log.warning("leader.update_failed", error=str(exc))
-            return False
+            return _Outcome.FAILED
         self._observe(updated)
-        return True
+        return _Outcome.HELD
 
-    def _create(self, now: float) -> bool:
+    def _create(self, now: float) -> _Outcome:
         body = {
             "apiVersion": "coordination.k8s.io/v1",
             "kind": "Lease",
@@ -198,36 +295,11 @@ class LeaderElector:
         except errors.ApiError as exc:
             if not isinstance(exc, errors.AlreadyExists):
                 self._log.warning("leader.create_failed", error=str(exc))
-            return False
+            return _Outcome.FAILED
         self._observe(created)
-        return True
+        return _Outcome.HELD
 
     def _observe(self, lease: dict[str, Any]) -> None:
         self._observed_spec = dict(lease.get("spec") or {})
-        self._observed_at = time.monotonic()
+        self._observed_at = self._clock.monotonic()
         self._observed_version = str(objects.meta(lease).get("resourceVersion", ""))
-
-    def _release(self) -> None:
-        if (
-            self._observed_spec is None
-            or self._observed_spec.get("holderIdentity") != self._o.identity
-        ):
-            return
-        now = time.time()
-        spec = dict(self._observed_spec)
-        spec.update(holderIdentity="", leaseDurationSeconds=1, renewTime=_micro_time(now))
-        body = {
-            "apiVersion": "coordination.k8s.io/v1",
-            "kind": "Lease",
-            "metadata": {
-                "name": self._o.name,
-                "namespace": self._o.namespace,
-                "resourceVersion": self._observed_version,
-            },
-            "spec": spec,
-        }
-        try:
-            self._api.replace(objects.LEASES, body)
-            self._log.info("leader.released")
-        except errors.ApiError as exc:
-            self._log.warning("leader.release_failed", error=str(exc))

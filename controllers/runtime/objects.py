@@ -7,9 +7,12 @@ treat them as read-only and copy (``copy.deepcopy``) before building something t
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, NewType, TypedDict, cast
+
+from controllers.runtime import errors
 
 ObjectKey = NewType("ObjectKey", str)
 """``namespace/name`` for namespaced objects, ``name`` for cluster-scoped ones."""
@@ -63,16 +66,33 @@ class Resource:
         """The REST path; ``namespace=None`` on a namespaced kind means all namespaces."""
         base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
         if self.namespaced and namespace is not None:
-            base += f"/namespaces/{namespace}"
+            base += f"/namespaces/{path_segment(namespace, 'namespace')}"
         base += f"/{self.plural}"
         if name is not None:
-            base += f"/{name}"
+            base += f"/{path_segment(name, 'name')}"
             if subresource:
-                base += f"/{subresource}"
+                base += f"/{path_segment(subresource, 'subresource')}"
         return base
 
     def __str__(self) -> str:
         return f"{self.plural}.{self.group}" if self.group else self.plural
+
+
+_UNSAFE_SEGMENT = re.compile(r"[/\\%?#\x00-\x1f\x7f]")
+
+
+def path_segment(value: str, what: str) -> str:
+    """``value`` if it is safe as one REST path segment, else :class:`~.errors.InvalidName`.
+
+    Names reach paths from user-written fields (a policy's ``serviceAccountName``). The HTTP
+    stack collapses ``..`` and splits on ``/``, so ``../../victim/serviceaccounts/admin`` would
+    address another namespace's object: the CRDs reject such names at admission, and this check
+    makes the client safe without them (defence in depth). Percent signs, query and fragment
+    characters and control characters are refused too: no Kubernetes name contains them.
+    """
+    if value in ("", ".", "..") or _UNSAFE_SEGMENT.search(value):
+        raise errors.InvalidName(f"{what} {value[:64]!r} is not a valid Kubernetes object name")
+    return value
 
 
 SECRETS = Resource("", "v1", "secrets", "Secret")

@@ -5,6 +5,9 @@ so the whole schedule of pending reconciles can be listed (``scheduled()``) and 
 coalesced and have no misfire grace limit: a job that could not run on time (a stalled process, a
 suspended laptop) still runs as soon as it can, because a late refresh beats a skipped one.
 
+Timers are best effort: a fire can still be lost (a submission error, a callback that raised).
+:class:`~.delaying.DelayingQueue` does not trust them alone; its sweep adds what a timer missed.
+
 :class:`ManualTimers` is the shipped test double, driven by a :class:`~.clock.FakeClock`.
 """
 
@@ -21,11 +24,13 @@ from apscheduler.triggers.date import DateTrigger
 
 from controllers.runtime import clock as clocks
 
+Callback = Callable[[], None]
+
 
 class Timers(Protocol):
     """Runs a callback at a wall-clock time; one pending callback per id."""
 
-    def call_at(self, job_id: str, when: float, callback: Callable[[], None]) -> None:
+    def call_at(self, job_id: str, when: float, callback: Callback) -> None:
         """Schedules ``callback`` at ``when`` (epoch seconds), replacing any job with ``job_id``."""
         ...
 
@@ -38,13 +43,17 @@ class Timers(Protocol):
         ...
 
 
+MAX_INSTANCES = 1_000_000
+"""Per job id: in effect no limit (see :meth:`APSchedulerTimers.call_at`)."""
+
+
 class APSchedulerTimers:
     """Timers on a running APScheduler scheduler (owned and started by the composition root)."""
 
     def __init__(self, scheduler: BaseScheduler) -> None:
         self._scheduler = scheduler
 
-    def call_at(self, job_id: str, when: float, callback: Callable[[], None]) -> None:
+    def call_at(self, job_id: str, when: float, callback: Callback) -> None:
         self._scheduler.add_job(
             callback,
             trigger=DateTrigger(run_date=clocks.to_datetime(when)),
@@ -52,7 +61,11 @@ class APSchedulerTimers:
             replace_existing=True,
             coalesce=True,
             misfire_grace_time=None,  # late jobs still run
-            max_instances=1,
+            # APScheduler counts running instances per job id, and a date job skipped for
+            # max_instances is deleted, never run. A job re-armed under the same id while its
+            # previous fire is still running (a reconcile that requeues at once) must not be
+            # skipped; the callbacks are idempotent, so concurrent instances are harmless.
+            max_instances=MAX_INSTANCES,
         )
 
     def cancel(self, job_id: str) -> None:
@@ -73,9 +86,9 @@ class ManualTimers:
     def __init__(self, clock: clocks.Clock) -> None:
         self._clock = clock
         self._lock = threading.Lock()
-        self._jobs: dict[str, tuple[float, Callable[[], None]]] = {}
+        self._jobs: dict[str, tuple[float, Callback]] = {}
 
-    def call_at(self, job_id: str, when: float, callback: Callable[[], None]) -> None:
+    def call_at(self, job_id: str, when: float, callback: Callback) -> None:
         with self._lock:
             self._jobs[job_id] = (when, callback)
 

@@ -17,6 +17,13 @@ def mint(source: Mapping[str, bytes], *, key: str, secret_name: str) -> Credenti
     value = source[key].strip()
     if not value:
         raise errors.InvalidInput(f"Secret {secret_name} key {key!r} is empty")
+    try:
+        value.decode("utf-8")
+    except UnicodeDecodeError:
+        # Said by reason only: the decoder's own message quotes the offending byte.
+        raise errors.InvalidInput(
+            f"Secret {secret_name} key {key!r} is not UTF-8 text; an API key is one line of text"
+        ) from None
     if any(c in value for c in (b"\n", b"\r", b"\0")):
         raise errors.InvalidInput(
             f"Secret {secret_name} key {key!r} holds several lines; an API key is one line"

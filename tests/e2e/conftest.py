@@ -195,7 +195,9 @@ def controller(
         "ROTATOR_AZURE_AUTHORITY_HOST": azure.authority_host,
         "REQUESTS_CA_BUNDLE": str(azure.ca_file),
     }
-    process = ControllerProcess(kubeconfig, workdir, env=env, args=("--iam-key-grace-period", "5"))
+    # the OIDC issuer stand-ins are http: allowed here, as in rotator dev
+    args = ("--iam-key-grace-period", "5", "--allow-insecure-oidc-issuers")
+    process = ControllerProcess(kubeconfig, workdir, env=env, args=args)
     process.start()
     yield process
     if process.proc is not None:

@@ -26,6 +26,7 @@ KINDS_IN_DEFAULT = {
     "Role",
     "RoleBinding",
     "Deployment",
+    "Service",
 }
 
 

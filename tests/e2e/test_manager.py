@@ -198,6 +198,7 @@ def test_rotator_run_serves_probes_and_stops_cleanly_on_sigterm(
             str(control_plane.kubeconfig),
             "--metrics-bind-address",
             f"127.0.0.1:{metrics}",
+            "--metrics-secure=false",
             "--health-probe-bind-address",
             f"127.0.0.1:{probes}",
             "--leader-elect",

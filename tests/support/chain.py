@@ -24,6 +24,7 @@ class Chain:
         self.api = api
         self.ns = namespace
         self.secret_values: set[str] = set()
+        self._allowed: dict[str, set[str]] = {}
 
     # --- building ----------------------------------------------------------------------------
 
@@ -97,8 +98,13 @@ class Chain:
             },
         )
 
-    def create(self, kind: str, name: str, spec: dict[str, Any]) -> None:
+    def create(self, kind: str, name: str, spec: dict[str, Any], *, opt_in: bool = True) -> None:
+        """Creates a rotator object; a policy's ServiceAccount (serviceAccountToken source) is
+        first opted in for it, as its owner would (``opt_in=False`` leaves it as it is)."""
         resource = KINDS[kind]
+        if kind == "policy" and opt_in:
+            for account in _service_accounts(spec):
+                self.allow_service_account(account, name)
         self.api.create(
             resource,
             {
@@ -108,6 +114,29 @@ class Chain:
                 "spec": spec,
             },
             namespace=self.ns,
+        )
+
+    def allow_service_account(self, account: str, *policies: str) -> None:
+        """Adds ``policies`` to the ServiceAccount's ``rotator.dev/allowed-policies`` (creating
+        the ServiceAccount if the namespace's controller has not made it yet)."""
+        allowed = self._allowed.setdefault(account, set())
+        allowed.update(policies)
+        body = {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {
+                "name": account,
+                "annotations": {rapi.ALLOWED_POLICIES_ANNOTATION: ",".join(sorted(allowed))},
+            },
+        }
+        self.api.patch(
+            objects.SERVICEACCOUNTS,
+            account,
+            body,
+            namespace=self.ns,
+            patch_type=clients.PatchType.APPLY,
+            field_manager="rotator-tests",
+            force=True,
         )
 
     def delete(self, kind: str, name: str) -> None:
@@ -195,6 +224,21 @@ class Chain:
                 if any(n in text for n in needles):
                     found.append(f"a secret value of length {len(value)} appears in the {place}")
         return found
+
+
+def _service_accounts(spec: Any) -> set[str]:
+    """The Kubernetes ServiceAccounts a policy spec's serviceAccountToken sources name."""
+    found: set[str] = set()
+    if isinstance(spec, dict):
+        for key, value in spec.items():
+            if key == "serviceAccountToken" and isinstance(value, dict):
+                found.add(str(value.get("serviceAccountName", "")))
+            else:
+                found |= _service_accounts(value)
+    elif isinstance(spec, list):
+        for item in spec:
+            found |= _service_accounts(item)
+    return found
 
 
 class AWSChain(Chain):

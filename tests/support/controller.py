@@ -33,8 +33,15 @@ def install_rbac(api: clients.Client) -> None:
 
 
 def service_account_kubeconfig(
-    control_plane: LocalControlPlane, api: clients.Client, path: Path
+    control_plane: LocalControlPlane,
+    api: clients.Client,
+    path: Path,
+    *,
+    server: str | None = None,
+    ca_file: Path | None = None,
 ) -> Path:
+    """A kubeconfig with a token of the controller's ServiceAccount; ``server`` and ``ca_file``
+    point it elsewhere than the API server (a proxy in front of it)."""
     token = api.create(
         objects.SERVICEACCOUNTS,
         {
@@ -48,8 +55,8 @@ def service_account_kubeconfig(
     )["status"]["token"]
     write_kubeconfig(
         path,
-        server=control_plane.server,
-        ca_file=control_plane.ca_file,
+        server=server or control_plane.server,
+        ca_file=ca_file or control_plane.ca_file,
         user=SERVICE_ACCOUNT,
         credentials={"token": token},
     )
@@ -66,21 +73,31 @@ class ControllerProcess:
         *,
         env: dict[str, str] | None = None,
         args: tuple[str, ...] = (),
+        lease: str = "rotator-leader-election",
+        module: str = "controllers.cli",
     ) -> None:
         self.kubeconfig = kubeconfig
+        self.lease = lease
+        self.module = module  # what `python -m` runs: the CLI, or a test wrapper with fault hooks
         self.workdir = workdir
         self.env = env or {}
         self.args = args
         self.proc: Proc | None = None
         self.runs = 0
 
-    def start(self, *extra: str, leader_elect: bool = True) -> ControllerProcess:
+    def start(
+        self, *extra: str, leader_elect: bool = True, wait_leading: bool = True
+    ) -> ControllerProcess:
+        """Starts ``rotator run`` and waits until it is ready and (``wait_leading``) leads."""
         self.runs += 1
         metrics, probes = free_port(), free_port()
         argv = [
-            "-m", "controllers.cli", "run",
+            "-m", self.module, "run",
             "--kubeconfig", str(self.kubeconfig),
             "--metrics-bind-address", f"127.0.0.1:{metrics}",
+            # plain HTTP, for metric() and idle(); a later --metrics-secure in args or extra
+            # wins (tests/e2e/test_metrics_auth.py reads the secure endpoint itself)
+            "--metrics-secure=false",
             "--health-probe-bind-address", f"127.0.0.1:{probes}",
             "--log-level", "debug",
             *self.args,
@@ -88,6 +105,7 @@ class ControllerProcess:
         ]  # fmt: skip
         if leader_elect:
             argv += ["--leader-elect", "--leader-election-namespace", manifests.NAMESPACE]
+            argv += ["--leader-election-id", self.lease]
         self.proc = Proc(
             argv,
             self.workdir / f"controller-{self.runs}.log",
@@ -100,12 +118,9 @@ class ControllerProcess:
             timeout=60,
             what="controller ready",
         )
-        if leader_elect:
+        if leader_elect and wait_leading:
             wait_for(
-                lambda: (
-                    self.metric("leader_election_master_status", name="rotator-leader-election")
-                    == 1
-                ),
+                lambda: self.metric("leader_election_master_status", name=self.lease) == 1,
                 timeout=60,
                 what="controller leading",
             )

@@ -1,9 +1,12 @@
-"""The route configuration is deterministic and leaves out what did not resolve."""
+"""The route configuration is deterministic, leaves out what did not resolve, takes only text
+credentials, and counts its size as the API server does."""
 
 from __future__ import annotations
 
+import base64
 from typing import Any, cast
 
+import pytest
 import yaml
 
 from controllers.reconcilers import api, routeconfig
@@ -62,3 +65,71 @@ def test_hash_changes_exactly_when_the_text_changes() -> None:
         routeconfig.render(route(), backends())
     )
     assert routeconfig.config_hash(text) != routeconfig.config_hash(text.replace("k", "k2"))
+
+
+def b64(raw: bytes) -> str:
+    return base64.b64encode(raw).decode()
+
+
+def test_credentials_become_text_key_by_key() -> None:
+    assert routeconfig.credentials_text({"apiKey": b64(b"sk-1"), "region": b64("é".encode())}) == {
+        "apiKey": "sk-1",
+        "region": "é",
+    }
+    assert routeconfig.credentials_text({}) == {}
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        (b64(b"\xff\xfe-not-utf8-secret"), "is not UTF-8 text"),
+        (b64(b"caf\xe9-latin1-secret"), "is not UTF-8 text"),
+        ("not base64 at all!", "is not base64"),
+    ],
+)
+def test_credentials_that_are_not_text_name_the_key_and_not_the_value(
+    value: str, problem: str
+) -> None:
+    with pytest.raises(routeconfig.InvalidCredentials) as caught:
+        routeconfig.credentials_text({"good": b64(b"fine"), "credentials": value})
+    assert caught.value.key == "credentials"
+    assert str(caught.value) == f"key 'credentials' {problem}"
+    assert caught.value.__cause__ is None, "no decoder message (it quotes the bytes) chained"
+    assert caught.value.__suppress_context__
+
+
+def test_the_first_bad_key_in_sorted_order_is_named() -> None:
+    bad = b64(b"\xff")
+    with pytest.raises(routeconfig.InvalidCredentials) as caught:
+        routeconfig.credentials_text({"z": bad, "a": bad})
+    assert caught.value.key == "a"
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "\x00nul",
+        "\ufeffbom",
+        "\x85nel",
+        "a\u2028b",
+        "null",
+        "yes",
+        " lead",
+        "trail ",
+        "😀",
+        "a: b",
+        "#x",
+    ],
+)
+def test_any_text_credential_survives_the_yaml_round_trip(value: str) -> None:
+    spec: Any = {"schema": "OpenAI", "endpoint": {"host": "h", "port": 443}}
+    creds = routeconfig.ResolvedCredentials("p", "APIKey", {"apiKey": value}, None)
+    text = routeconfig.render(route(), {"a": routeconfig.ResolvedBackend("a", spec, creds)})
+    (rule,) = yaml.safe_load(text)["rules"]
+    assert rule["backends"][0]["credentials"]["data"] == {"apiKey": value}
+
+
+def test_secret_size_counts_the_key_and_utf8_bytes_as_the_api_server_does() -> None:
+    assert routeconfig.secret_size("") == len("config.yaml")
+    assert routeconfig.secret_size("é") == len("config.yaml") + 2
+    assert routeconfig.MAX_SECRET_BYTES == 1_048_576

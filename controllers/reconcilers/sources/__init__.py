@@ -113,6 +113,21 @@ class CredentialSource:
     def release(self, ctx: MintContext) -> None:
         """Gives back what the policy holds outside the cluster (it is being deleted)."""
 
+    def idempotent(self, spec: api.PolicySpec) -> bool:
+        """Whether minting twice from the same state is harmless. A non-idempotent mint (it
+        creates something outside the cluster, like an IAM key) is decided on a live read of the
+        derived Secret, never on a cache that may not hold rotator's own last write yet."""
+        return True
+
+    def discard(self, ctx: MintContext, minted: Credential) -> None:
+        """Undoes a mint whose credential could not be served (writing the derived Secret
+        failed): the compensation, run in the same reconcile."""
+
+    def protected_secrets(self, spec: api.PolicySpec) -> list[str]:
+        """Secrets (of the policy's namespace) that :meth:`release` needs: rotator keeps them
+        from being deleted while the policy holds external credentials."""
+        return []
+
 
 def oidc_client(ctx: MintContext, spec: api.OIDC) -> oidc.Client:
     return oidc.Client(

@@ -69,7 +69,7 @@ class AWSCredentialsSource(CredentialSource):
         if "serviceAccountToken" in aws:
             sa = aws["serviceAccountToken"]
             token = self._service_accounts.token(
-                ctx.namespace, sa["serviceAccountName"], audience=sa["audience"]
+                ctx.namespace, sa["serviceAccountName"], audience=sa["audience"], policy=ctx.name
             )
             return self._assume(ctx, sa["awsRoleArn"], sa["sessionDuration"], token, region)
         if "iamAccessKey" in aws:
@@ -94,15 +94,30 @@ class AWSCredentialsSource(CredentialSource):
         return api.FINALIZER_IAM_KEY if "iamAccessKey" in spec.get("awsCredentials", {}) else None
 
     def release(self, ctx: MintContext) -> None:
+        if (keys := self._iam_keys(ctx)) is not None:
+            iam.release(self._clients, admin=keys[0], rotation=keys[1], current=ctx.current)
+
+    def idempotent(self, spec: api.PolicySpec) -> bool:
+        return "iamAccessKey" not in spec.get("awsCredentials", {})
+
+    def discard(self, ctx: MintContext, minted: Credential) -> None:
+        if (keys := self._iam_keys(ctx)) is not None:
+            iam.discard(self._clients, admin=keys[0], rotation=keys[1], minted=minted)
+
+    def _iam_keys(self, ctx: MintContext) -> tuple[formats.AWSKeys, iam.KeyRotation] | None:
+        """The management identity and the rotation of an IAM key policy; None otherwise."""
         aws = ctx.policy["spec"].get("awsCredentials", {})
-        if "iamAccessKey" in aws:
-            key = aws["iamAccessKey"]
-            iam.release(
-                self._clients,
-                admin=self._admin(ctx, key["secretRef"]),
-                rotation=iam.KeyRotation(key["userName"], aws["region"], self._iam_grace),
-                current=ctx.current,
-            )
+        if "iamAccessKey" not in aws:
+            return None
+        key = aws["iamAccessKey"]
+        return (
+            self._admin(ctx, key["secretRef"]),
+            iam.KeyRotation(key["userName"], aws["region"], self._iam_grace),
+        )
+
+    def protected_secrets(self, spec: api.PolicySpec) -> list[str]:
+        aws = spec.get("awsCredentials", {})
+        return [aws["iamAccessKey"]["secretRef"]["name"]] if "iamAccessKey" in aws else []
 
     def _interval_due(self, ctx: MintContext) -> float:
         c = ctx.current

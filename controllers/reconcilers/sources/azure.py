@@ -47,7 +47,7 @@ class AzureCredentialsSource(CredentialSource):
         else:
             sa = azure["serviceAccountToken"]
             assertion = self._service_accounts.token(
-                ctx.namespace, sa["serviceAccountName"], audience=sa["audience"]
+                ctx.namespace, sa["serviceAccountName"], audience=sa["audience"], policy=ctx.name
             )
         return self._azure.with_assertion(
             tenant_id=tenant, client_id=client, assertion=assertion, scope=scope

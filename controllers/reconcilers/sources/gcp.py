@@ -62,6 +62,7 @@ class GCPCredentialsSource(CredentialSource):
                 ctx.namespace,
                 sa["serviceAccountName"],
                 audience=sa.get("audience") or "https:" + audience,
+                policy=ctx.name,
             )
         impersonation = wif.get("serviceAccountImpersonation")
         return federation.mint(

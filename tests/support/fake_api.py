@@ -1,0 +1,152 @@
+"""A fake API server at the transport layer: a real :class:`controllers.runtime.client.Client` on top
+of an in-memory object store, so unit tests exercise the client's own timeout bounding and error
+mapping. ``fault`` is called before every request and may raise, advance a fake clock, or return
+a :class:`Reply` to send instead of the normal answer."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import urllib3
+
+from controllers.runtime import client as clients
+
+
+@dataclass
+class Request:
+    method: str
+    path: str
+    timeout: Any
+    body: Any
+
+
+@dataclass
+class Reply:
+    status: int
+    data: bytes = b""
+    error: BaseException | None = None
+    """Raised when the body is read (``response.data``), as urllib3 does on a broken connection."""
+
+
+class _Response:
+    def __init__(self, reply: Reply) -> None:
+        self.status = reply.status
+        self._reply = reply
+
+    @property
+    def data(self) -> bytes:
+        if self._reply.error is not None:
+            raise self._reply.error
+        return self._reply.data
+
+    def release_conn(self) -> None:
+        pass
+
+
+@dataclass
+class _RestResponse:
+    response: _Response
+
+
+@dataclass
+class _Configuration:
+    host: str = "https://fake"
+
+
+Fault = Callable[[Request], Reply | None]
+
+
+@dataclass
+class FakeTransport:
+    """Stands in for ``kubernetes.client.ApiClient``: stores objects by path, with
+    ``resourceVersion`` compare-and-swap on PUT."""
+
+    fault: Fault = lambda request: None
+    objects: dict[str, dict[str, Any]] = field(default_factory=dict)
+    requests: list[Request] = field(default_factory=list)
+    configuration: _Configuration = field(default_factory=_Configuration)
+    _version: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def client(self, timeout: float = 30.0) -> clients.Client:
+        return clients.Client(self, timeout=timeout)  # type: ignore[arg-type]
+
+    def param_serialize(
+        self,
+        method: str,
+        path: str,
+        *,
+        query_params: list[tuple[str, str]],
+        header_params: dict[str, str],
+        body: Any,
+        auth_settings: list[str],
+    ) -> tuple[str, str, Any]:
+        return method, path, body
+
+    def call_api(self, method: str, path: str, body: Any, *, _request_timeout: Any) -> Any:
+        request = Request(method, path, _request_timeout, body)
+        with self._lock:
+            self.requests.append(request)
+        reply = self.fault(request)
+        if reply is None:
+            reply = self._serve(request)
+        return _RestResponse(_Response(reply))
+
+    def _serve(self, r: Request) -> Reply:
+        with self._lock:
+            if r.method == "GET":
+                found = self.objects.get(r.path)
+                return _json(200, found) if found is not None else _status(404, "NotFound")
+            if r.method == "POST":
+                path = f"{r.path}/{r.body['metadata']['name']}"
+                if path in self.objects:
+                    return _status(409, "AlreadyExists")
+                return _json(201, self._store(path, r.body))
+            if r.method == "PUT":
+                return self._replace(r)
+        return _status(405, "MethodNotAllowed")
+
+    def _replace(self, r: Request) -> Reply:
+        current = self.objects.get(r.path)
+        if current is None:
+            return _status(404, "NotFound")
+        if r.body["metadata"].get("resourceVersion") != _rv(current):
+            return _status(409, "Conflict")
+        return _json(200, self._store(r.path, r.body))
+
+    def _store(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        self._version += 1
+        stored: dict[str, Any] = json.loads(json.dumps(body))
+        stored["metadata"]["resourceVersion"] = str(self._version)
+        self.objects[path] = stored
+        return stored
+
+    def edit(self, path: str, change: Callable[[dict[str, Any]], None]) -> None:
+        """Changes a stored object as another client would (a new resourceVersion)."""
+        with self._lock:
+            obj = json.loads(json.dumps(self.objects[path]))
+            change(obj)
+            self._store(path, obj)
+
+
+def read_timeout() -> urllib3.exceptions.ReadTimeoutError:
+    """What urllib3 raises when a read outlasts its timeout."""
+    return urllib3.exceptions.ReadTimeoutError(
+        urllib3.HTTPConnectionPool("fake"), "/", "Read timed out."
+    )
+
+
+def _rv(obj: dict[str, Any]) -> str:
+    return str(obj["metadata"].get("resourceVersion", ""))
+
+
+def _json(status: int, obj: Any) -> Reply:
+    return Reply(status, json.dumps(obj).encode())
+
+
+def _status(code: int, reason: str) -> Reply:
+    return _json(code, {"kind": "Status", "code": code, "reason": reason, "message": reason})

@@ -1,0 +1,260 @@
+"""The Route reconciler never wedges on one bad input: a backend whose credentials are not text is
+left out and named, the others are written; a configuration a Secret cannot hold is refused with
+a condition and the previous one kept. Run against in-memory stores and a recording API."""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any, cast
+
+import pytest
+import yaml
+
+from controllers.reconcilers import api, indexes, routeconfig
+from controllers.reconcilers.route import RouteReconciler
+from controllers.runtime import client as clients
+from controllers.runtime import clock as clocks
+from controllers.runtime import errors as api_errors
+from controllers.runtime import events, objects
+from controllers.runtime.reconcile import Request
+from controllers.runtime.store import Store
+
+NS = "ns"
+NOW = 1_700_000_000.0
+BAD = b"\xff\xfe-not-text-secret-bytes"
+
+
+class RecordingAPI:
+    """The two writes a Route reconcile makes: the config Secret and the status (both applies)."""
+
+    def __init__(self) -> None:
+        self.writes: list[tuple[str, str, dict[str, Any]]] = []
+        self.refuse: api_errors.ApiError | None = None
+
+    def patch(self, resource: objects.Resource, name: str, body: Any, **_: Any) -> dict[str, Any]:
+        if resource == objects.SECRETS and self.refuse is not None:
+            raise self.refuse
+        self.writes.append((resource.plural, name, body))
+        return cast(dict[str, Any], body)
+
+    def secrets(self) -> list[dict[str, Any]]:
+        return [body for plural, _, body in self.writes if plural == "secrets"]
+
+    def statuses(self) -> list[dict[str, Any]]:
+        return [body["status"] for plural, _, body in self.writes if plural == "routes"]
+
+
+class RecordingEvents:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str, str]] = []
+
+    def event(self, obj: Any, type_: str, reason: str, message: str) -> None:
+        self.events.append((type_, reason, message))
+
+
+class World:
+    def __init__(self) -> None:
+        self.api = RecordingAPI()
+        self.recorder = RecordingEvents()
+        self.routes, self.backends, self.policies, self.managed = Store(), Store(), Store(), Store()
+        self.policies.add_index(indexes.POLICY_BY_BACKEND, indexes.policy_backends)
+        self.reconciler = RouteReconciler(
+            api_client=cast(clients.Client, self.api),
+            routes=self.routes,
+            backends=self.backends,
+            policies=self.policies,
+            managed_secrets=self.managed,
+            recorder=cast(events.EventRecorder, self.recorder),
+            clock=clocks.FakeClock(NOW),
+        )
+
+    def chain(
+        self, backend: str, data: dict[str, bytes], annotations: dict[str, str] | None = None
+    ) -> None:
+        """A ServiceBackend, a Ready API-key policy targeting it and its derived Secret."""
+        self.backends.upsert(
+            {
+                "metadata": {"name": backend, "namespace": NS},
+                "spec": {
+                    "schema": "OpenAI",
+                    "endpoint": {"host": f"{backend}.example", "port": 443},
+                },
+            }
+        )
+        policy = f"p-{backend}"
+        self.policies.upsert(
+            {
+                "metadata": {"name": policy, "namespace": NS},
+                "spec": {"type": "APIKey", "targetRefs": [{"name": backend}]},
+                "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+            }
+        )
+        self.managed.upsert(
+            {
+                "metadata": {
+                    "name": api.derived_secret_name(policy),
+                    "namespace": NS,
+                    "annotations": annotations or {},
+                },
+                "data": {k: base64.b64encode(v).decode() for k, v in data.items()},
+            }
+        )
+
+    def route(self, *backends: str) -> None:
+        self.routes.upsert(
+            {
+                "apiVersion": api.API_VERSION,
+                "kind": "Route",
+                "metadata": {"name": "r", "namespace": NS, "uid": "u", "generation": 1},
+                "spec": {
+                    "rules": [
+                        {
+                            "matches": [{"modelName": "m"}],
+                            "backendRefs": [
+                                {"name": b, "weight": 1, "priority": 0} for b in backends
+                            ],
+                        }
+                    ]
+                },
+            }
+        )
+
+    def reconcile(self) -> None:
+        self.reconciler.reconcile(Request(NS, "r"))
+        # what the informer would bring back: the written config Secret and status
+        for body in self.api.secrets()[-1:]:
+            self.managed.upsert(body)
+        if self.api.statuses():
+            route = dict(self.routes.get(objects.make_key(NS, "r")) or {})
+            self.routes.upsert({**route, "status": self.api.statuses()[-1]})
+
+    def condition(self, type_: str) -> dict[str, Any]:
+        status = self.api.statuses()[-1]
+        return next(c for c in status["conditions"] if c["type"] == type_)
+
+    def config(self) -> dict[str, Any]:
+        data = self.api.secrets()[-1]["data"][api.ROUTE_CONFIG_KEY]
+        return cast(dict[str, Any], yaml.safe_load(base64.b64decode(data)))
+
+    def served(self) -> dict[str, Any]:
+        return {b["name"]: b["credentials"]["data"] for b in self.config()["rules"][0]["backends"]}
+
+    def leaked(self) -> bool:
+        text = json.dumps([self.api.statuses(), self.recorder.events])
+        return any(v in text for v in (BAD.decode("latin-1"), base64.b64encode(BAD).decode()))
+
+
+@pytest.fixture
+def world() -> World:
+    return World()
+
+
+def test_a_backend_whose_credentials_are_not_text_is_left_out_and_the_others_written(
+    world: World,
+) -> None:
+    world.chain("good", {"apiKey": b"sk-good-1"})
+    world.chain("broken", {"apiKey": BAD})
+    world.route("broken", "good")
+    world.reconcile()
+    assert world.served() == {"good": {"apiKey": "sk-good-1"}}
+    refs = world.condition("ResolvedRefs")
+    assert (refs["status"], refs["reason"]) == ("False", "InvalidCredentials")
+    assert "ServiceBackend broken" in refs["message"]
+    assert "key 'apiKey' is not UTF-8 text" in refs["message"]
+    assert world.condition("Programmed")["status"] == "True"
+    assert not world.leaked()
+
+    world.chain("good", {"apiKey": b"sk-good-2"})  # the good one rotates: the config follows
+    world.reconcile()
+    assert world.served() == {"good": {"apiKey": "sk-good-2"}}
+
+
+def test_an_unreadable_expiry_leaves_the_backend_out_instead_of_failing(world: World) -> None:
+    world.chain("good", {"apiKey": b"sk-good-1"})
+    world.chain("odd", {"apiKey": b"sk-odd"}, {api.EXPIRATION_ANNOTATION: "next tuesday"})
+    world.route("odd", "good")
+    world.reconcile()
+    assert world.served() == {"good": {"apiKey": "sk-good-1"}}
+    refs = world.condition("ResolvedRefs")
+    assert refs["reason"] == "InvalidCredentials"
+    assert api.EXPIRATION_ANNOTATION in refs["message"]
+
+
+def key_length_for(size: int) -> int:
+    """The API key length that makes route ``r`` with the one backend ``big`` render to a config
+    Secret of ``size`` bytes (a plain YAML scalar: the text grows one byte per key byte)."""
+    probe = World()
+    probe.chain("big", {"apiKey": b"k" * 100})
+    probe.route("big")
+    probe.reconcile()
+    overhead = routeconfig.secret_size(
+        base64.b64decode(probe.api.secrets()[-1]["data"][api.ROUTE_CONFIG_KEY]).decode()
+    )
+    return size - (overhead - 100)
+
+
+def test_a_config_exactly_at_the_secret_limit_is_written(world: World) -> None:
+    world.chain("big", {"apiKey": b"k" * key_length_for(routeconfig.MAX_SECRET_BYTES)})
+    world.route("big")
+    world.reconcile()
+    assert world.condition("Programmed")["status"] == "True"
+    (written,) = world.api.secrets()
+    text = base64.b64decode(written["data"][api.ROUTE_CONFIG_KEY]).decode()
+    assert routeconfig.secret_size(text) == routeconfig.MAX_SECRET_BYTES
+
+
+def test_a_config_over_the_secret_limit_is_refused_and_the_previous_one_kept(
+    world: World,
+) -> None:
+    world.chain("big", {"apiKey": b"sk-small"})
+    world.route("big")
+    world.reconcile()
+    assert len(world.api.secrets()) == 1
+    too_long = key_length_for(routeconfig.MAX_SECRET_BYTES + 1)
+    world.chain("big", {"apiKey": b"k" * too_long})
+    world.reconcile()  # no exception: nothing to retry until an input changes
+    assert len(world.api.secrets()) == 1, "nothing written"
+    programmed = world.condition("Programmed")
+    assert (programmed["status"], programmed["reason"]) == ("False", "ConfigTooLarge")
+    assert f"{routeconfig.MAX_SECRET_BYTES + 1} bytes" in programmed["message"]
+    assert "keeps the previous configuration, which is stale" in programmed["message"]
+    assert ("Warning", "ConfigTooLarge") in {(t, r) for t, r, _ in world.recorder.events}
+    assert world.served() == {"big": {"apiKey": "sk-small"}}
+
+    world.chain("big", {"apiKey": b"sk-small-again"})
+    world.reconcile()
+    assert world.condition("Programmed")["status"] == "True"
+    assert world.served() == {"big": {"apiKey": "sk-small-again"}}
+
+
+def test_a_first_config_over_the_limit_says_none_was_written(world: World) -> None:
+    world.chain("big", {"apiKey": b"k" * key_length_for(routeconfig.MAX_SECRET_BYTES + 1)})
+    world.route("big")
+    world.reconcile()
+    assert world.api.secrets() == []
+    assert "was not written" in world.condition("Programmed")["message"]
+
+
+def test_a_config_the_api_server_refuses_is_reported_not_retried(world: World) -> None:
+    world.chain("good", {"apiKey": b"sk-good-1"})
+    world.route("good")
+    world.api.refuse = api_errors.Invalid("Secret is invalid: metadata.labels: Invalid value")
+    world.reconcile()
+    programmed = world.condition("Programmed")
+    assert (programmed["status"], programmed["reason"]) == ("False", "ConfigRejected")
+    assert "was not written" in programmed["message"]
+
+
+def test_the_message_stays_bounded_however_many_backends_fail(world: World) -> None:
+    names = [f"broken-{i:03d}-" + "x" * 200 for i in range(300)]
+    for name in names:
+        world.chain(name, {"apiKey": BAD})
+    world.route(*names)
+    world.reconcile()
+    refs = world.condition("ResolvedRefs")
+    assert refs["reason"] == "InvalidCredentials"
+    assert len(refs["message"]) < 5000, "far under the CRD's 32768"
+    assert f"ServiceBackend {names[0]}" in refs["message"]
+    shown = refs["message"].count("ServiceBackend ")
+    assert refs["message"].endswith(f"; and {300 - shown} more")
