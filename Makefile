@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: test lint unit e2e testenv dev venv format clean bench image e2e-kind
+.PHONY: test lint unit e2e testenv dev venv format clean bench image e2e-kind docs
 
 # The virtualenv is created on first use and refreshed whenever pyproject.toml changes.
 $(STAMP): pyproject.toml
@@ -24,6 +24,10 @@ lint: venv
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 	$(BIN)/hadolint Dockerfile
+
+## docs: regenerate the CRD reference in docs/api.md (a unit test fails when it is stale)
+docs: venv
+	$(BIN)/python hack/gen-api-docs.py
 
 format: venv
 	$(BIN)/ruff format .

@@ -23,7 +23,14 @@ POLICIES = Resource(GROUP, VERSION, "backendsecuritypolicies", "BackendSecurityP
 BACKENDS = Resource(GROUP, VERSION, "servicebackends", "ServiceBackend")
 ROUTES = Resource(GROUP, VERSION, "routes", "Route")
 
-# --- contracts (DESIGN §3) ---------------------------------------------------------------------
+# --- contracts (documented in docs/api.md) -----------------------------------------------------
+
+# Condition types (positive polarity, as Gateway API's): every object has Accepted; policies
+# Ready; backends ResolvedRefs; routes ResolvedRefs and Programmed.
+ACCEPTED = "Accepted"
+READY = "Ready"
+RESOLVED_REFS = "ResolvedRefs"
+PROGRAMMED = "Programmed"
 
 FIELD_MANAGER = "rotator"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
@@ -84,7 +91,7 @@ RENEW_BEFORE_HONORED = "RenewBeforeHonored"
 applies. False (:data:`REASON_RENEW_BEFORE_TOO_LONG`) when ``renewBefore`` or
 ``renewBeforePercentage`` would refresh earlier than the renewal floor (1/10 of the lifetime,
 and 5 s, after issue: ``rotator.schedule.renewal_floor``), so the floor is used instead.
-Positive polarity, as every rotator condition (DESIGN §3): a clamped policy still works, so
+Positive polarity, as every rotator condition (docs/api.md): a clamped policy still works, so
 ``Ready`` stays True, its message saying so as well."""
 REASON_AS_SPECIFIED = "AsSpecified"
 """Policy ``RenewBeforeHonored=True``: the refresh time follows ``spec.rotation`` or the default."""

@@ -55,7 +55,8 @@ def build(
     minted: bool,
     answered_request: str | None = None,
 ) -> dict[str, Any]:
-    """The derived Secret (DESIGN §3): name, labels, annotations, owner, data."""
+    """The derived Secret (docs/api.md, "Derived credentials Secret"): name, labels,
+    annotations, owner, data."""
     annotations = {api.CREDENTIAL_HASH_ANNOTATION: credential.content_hash}
     if credential.expires_at is not None:
         annotations[api.EXPIRATION_ANNOTATION] = clocks.rfc3339(credential.expires_at)

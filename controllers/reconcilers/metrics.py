@@ -1,4 +1,4 @@
-"""The credential metrics (a contract: DESIGN §4), on the manager's registry.
+"""The credential metrics (a contract: docs/api.md, Metrics), on the manager's registry.
 
 ``rotator_credential_expiration_timestamp_seconds`` and ``..._renewal_timestamp_seconds`` are
 what to alert on: expiry minus now below a few minutes means a consumer is about to hold an

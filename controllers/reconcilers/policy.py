@@ -26,7 +26,7 @@ from typing import Any, cast
 
 import structlog
 
-from controllers.reconcilers import api, conditions, derived, status
+from controllers.reconcilers import api, conditions, derived, echoes, status
 from controllers.reconcilers.conditions import false, true
 from controllers.reconcilers.metrics import CredentialMetrics
 from controllers.reconcilers.sources import (
@@ -35,7 +35,7 @@ from controllers.reconcilers.sources import (
     UnsupportedSource,
     rotation_settings,
 )
-from controllers.runtime import apply, channel, events, objects
+from controllers.runtime import apply, events, objects
 from controllers.runtime import client as clients
 from controllers.runtime import clock as clocks
 from controllers.runtime import errors as api_errors
@@ -46,9 +46,6 @@ from rotator import errors, schedule
 from rotator.credentials import Credential
 
 log = structlog.get_logger(__name__)
-
-ACCEPTED = "Accepted"
-READY = "Ready"
 
 
 class WriteForbidden(errors.CredentialError):
@@ -77,7 +74,7 @@ class PolicyReconciler:
         sources: Mapping[str, CredentialSource],
         recorder: events.EventRecorder,
         metrics: CredentialMetrics,
-        to_backends: channel.Channel[Request],
+        own_writes: echoes.OwnWrites,
         clock: clocks.Clock,
     ) -> None:
         self._api = api_client
@@ -87,7 +84,7 @@ class PolicyReconciler:
         self._sources = sources
         self._recorder = recorder
         self._metrics = metrics
-        self._to_backends = to_backends
+        self._own_writes = own_writes
         self._clock = clock
 
     def reconcile(self, request: Request) -> Result:
@@ -270,6 +267,7 @@ class PolicyReconciler:
             change = Change.REPAIRED  # metadata edited, or state that no longer applies
         else:
             return Change.NONE
+        self._own_writes.expect(desired)  # its watch event is no reason to reconcile again
         written = apply.apply(
             self._api,
             objects.SECRETS,
@@ -279,7 +277,7 @@ class PolicyReconciler:
         )
         if leftover := derived.stale_annotations(written, md["annotations"]):
             # set by hand (another field manager owns them), which an apply cannot remove
-            self._api.patch(
+            written = self._api.patch(
                 objects.SECRETS,
                 md["name"],
                 derived.without_annotations(written, leftover),
@@ -336,8 +334,8 @@ class PolicyReconciler:
             policy,
             fields,
             [
-                true(ACCEPTED, "Accepted", "the spec is valid"),
-                true(READY, "CredentialsReady", message),
+                true(api.ACCEPTED, "Accepted", "the spec is valid"),
+                true(api.READY, "CredentialsReady", message),
                 *([schedule_cond] if schedule_cond is not None else []),
             ],
             now,
@@ -358,7 +356,6 @@ class PolicyReconciler:
             expires_at=credential.expires_at,
             renews_at=due,
         )
-        self._notify_targets(policy)
         return Result(requeue_after=max(0.001, due - now)) if due is not None else Result()
 
     def _failed(self, policy: api.Policy, exc: errors.CredentialError, ctx: MintContext) -> Result:
@@ -372,9 +369,9 @@ class PolicyReconciler:
         current = ctx.current
         valid = current is not None and (current.expires_at is None or now < current.expires_at)
         accepted = (
-            false(ACCEPTED, exc.reason, str(exc))
+            false(api.ACCEPTED, exc.reason, str(exc))
             if isinstance(exc, UnsupportedSource)
-            else true(ACCEPTED, "Accepted", "the spec is valid")
+            else true(api.ACCEPTED, "Accepted", "the spec is valid")
         )
         expires_at = current.expires_at if current is not None else None
         delay = schedule.retry_delay(attempts, now=now, expires_at=expires_at)
@@ -384,19 +381,19 @@ class PolicyReconciler:
         if valid and source_mints(self._sources, policy):
             until = f"valid until {clocks.rfc3339(expires_at)}" if expires_at else "still valid"
             ready = true(
-                READY,
+                api.READY,
                 "RotationFailed",
                 f"the served credentials are {until}; the last refresh failed: {exc}; {retry}",
             )
         elif current is not None and not valid:
             ready = false(
-                READY,
+                api.READY,
                 "Expired",
                 f"the credentials expired at {clocks.rfc3339(expires_at or now)}; "
                 f"refresh failing: {exc}; {retry}",
             )
         else:
-            ready = false(READY, exc.reason, str(exc))
+            ready = false(api.READY, exc.reason, str(exc))
         # still what is served (the expiry alert must see it), and the next attempt
         self._metrics.served(
             Request.for_object(policy),
@@ -414,7 +411,6 @@ class PolicyReconciler:
             attempts=attempts,
             retry_in=round(delay, 2),
         )
-        self._notify_targets(policy)
         return Result(requeue_after=delay)
 
     def _write_status(
@@ -428,13 +424,8 @@ class PolicyReconciler:
             fields=fields,
             updates=updates,
             now=now,
-            event_types=(READY,),
+            event_types=(api.READY,),
         )
-
-    def _notify_targets(self, policy: api.Policy) -> None:
-        namespace = objects.namespace(policy)
-        for ref in policy["spec"].get("targetRefs") or []:
-            self._to_backends.send(Request(namespace, ref["name"]))
 
     # --- finalizers --------------------------------------------------------------------------
 
@@ -524,8 +515,8 @@ class PolicyReconciler:
             policy,
             fields,
             [
-                true(ACCEPTED, "Accepted", "the spec is valid"),
-                false(READY, "ReleaseFailed", message),
+                true(api.ACCEPTED, "Accepted", "the spec is valid"),
+                false(api.READY, "ReleaseFailed", message),
             ],
             now,
         )

@@ -20,7 +20,7 @@ from typing import Any, cast
 
 import structlog
 
-from controllers.reconcilers import api, conditions, routeconfig, status
+from controllers.reconcilers import api, conditions, echoes, routeconfig, status
 from controllers.reconcilers.backend import policies_for
 from controllers.reconcilers.conditions import false, true
 from controllers.reconcilers.derived import owner_reference
@@ -32,10 +32,6 @@ from controllers.runtime.reconcile import Request, Result
 from controllers.runtime.store import Store
 
 log = structlog.get_logger(__name__)
-
-ACCEPTED = "Accepted"
-RESOLVED_REFS = "ResolvedRefs"
-PROGRAMMED = "Programmed"
 
 
 class Unresolved(Exception):
@@ -54,9 +50,11 @@ class RouteReconciler:
         policies: Store,
         managed_secrets: Store,
         recorder: events.EventRecorder,
+        own_writes: echoes.OwnWrites,
         clock: clocks.Clock,
     ) -> None:
         self._api = api_client
+        self._own_writes = own_writes
         self._routes = routes
         self._backends = backends
         self._policies = policies
@@ -93,12 +91,12 @@ class RouteReconciler:
             api.ROUTES,
             fields={},
             updates=[
-                true(ACCEPTED, "Accepted", "the spec is valid"),
+                true(api.ACCEPTED, "Accepted", "the spec is valid"),
                 _resolved_refs(problems),
                 programmed,
             ],
             now=now,
-            event_types=(RESOLVED_REFS, PROGRAMMED),
+            event_types=(api.RESOLVED_REFS, api.PROGRAMMED),
         )
         return Result(requeue_after=max(0.0, min(expiries) - now) + 0.001) if expiries else Result()
 
@@ -113,7 +111,7 @@ class RouteReconciler:
         if size > routeconfig.MAX_SECRET_BYTES:
             log.warning("route.config_too_large", secret_name=name, size=size)
             return false(
-                PROGRAMMED,
+                api.PROGRAMMED,
                 api.REASON_CONFIG_TOO_LARGE,
                 f"the configuration is {size} bytes, over the {routeconfig.MAX_SECRET_BYTES} "
                 f"a Secret can hold; {self._previous(route, name)}",
@@ -123,12 +121,12 @@ class RouteReconciler:
         except api_errors.Invalid as exc:  # the API server's message names fields, not data
             log.warning("route.config_rejected", secret_name=name, error=str(exc))
             return false(
-                PROGRAMMED,
+                api.PROGRAMMED,
                 api.REASON_CONFIG_REJECTED,
                 f"the API server refused Secret {name}: {_bounded([str(exc)])}; "
                 f"{self._previous(route, name)}",
             )
-        return true(PROGRAMMED, "Programmed", f"configuration in Secret {name}")
+        return true(api.PROGRAMMED, "Programmed", f"configuration in Secret {name}")
 
     def _previous(self, route: api.Route, name: str) -> str:
         """What the gateway still loads when the new configuration could not be written."""
@@ -155,7 +153,7 @@ class RouteReconciler:
             )
         policy = policies[0]
         policy_name = objects.name(policy)
-        if not conditions.is_true(policy, "Ready"):
+        if not conditions.is_true(policy, api.READY):
             raise Unresolved("PolicyNotReady", f"BackendSecurityPolicy {policy_name} is not ready")
         secret_name = api.derived_secret_name(policy_name)
         secret = self._managed.get(objects.make_key(namespace, secret_name))
@@ -209,6 +207,7 @@ class RouteReconciler:
             and apply.subset(desired["metadata"], actual.get("metadata"))
         ):
             return
+        self._own_writes.expect(desired)  # its watch event is no reason to reconcile again
         apply.apply(
             self._api,
             objects.SECRETS,
@@ -221,11 +220,11 @@ class RouteReconciler:
 
 def _resolved_refs(problems: dict[str, Unresolved]) -> conditions.Cond:
     if not problems:
-        return true(RESOLVED_REFS, "ResolvedRefs", "every backend and its credentials resolved")
+        return true(api.RESOLVED_REFS, "ResolvedRefs", "every backend and its credentials resolved")
     names = sorted(problems)
     first = problems[names[0]]
     return false(
-        RESOLVED_REFS,
+        api.RESOLVED_REFS,
         first.reason,
         f"left out of the configuration: {_bounded([str(problems[n]) for n in names])}",
     )

@@ -1,30 +1,36 @@
-"""Wires the chain into a manager: informers and their indexes, the channels between
-controllers, and the four controllers with their sources.
+"""Wires the chain into a manager: informers and their indexes, and the three controllers with
+the event sources that wake them.
+
+One hop per event, every one an informer event (controller-runtime's ``Watches`` with
+``EnqueueRequestsFromMapFunc``): it fires only once the cache holds the change, so the reconcile
+it wakes cannot read a state older than the one that woke it.
 
 ::
 
-    Secret ──ch──► BackendSecurityPolicy ──ch──► ServiceBackend ──ch──► Route
-    (metadata)      ▲ owned derived Secret        ▲ policies' targetRefs   ▲ owned config Secret
-                                                                           ▲ backends it references
+    Secret (metadata) ─────────── policies that reference it ──► BackendSecurityPolicy
+    derived Secret (edited, deleted; not rotator's own write) ──► its policy
+    BackendSecurityPolicy (spec, Ready) ─── its targetRefs ─────► ServiceBackend
+    ServiceBackend (spec) ──────────── routes that reference it ─► Route
+    BackendSecurityPolicy (spec, Ready status) ─ via targets ────► Route
+    derived Secret (any change) ──── via its policy's targets ───► Route
+    route config Secret (edited, deleted; not rotator's own write) ► its Route
 
-Channels carry "look again" from a reconcile to the next kind, at once. Informer sources are the
-guarantee: they fire only once the cache holds the change, so the downstream reconcile cannot
-read a state older than the one that triggered it, and they cover what no reconcile can see
-afterwards (a policy deleted or retargeted, a backend deleted).
+One Secret edit costs one policy reconcile and one reconcile of each Route that embeds the
+credential (tests/e2e/test_event_paths.py counts them); the ServiceBackend is reconciled only when
+its policy's readiness changes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from controllers.reconcilers import api, conditions, indexes, secretviews
+from controllers.reconcilers import api, conditions, echoes, indexes, secretviews
 from controllers.reconcilers.backend import BackendReconciler
 from controllers.reconcilers.metrics import CredentialMetrics
 from controllers.reconcilers.policy import PolicyReconciler
 from controllers.reconcilers.route import RouteReconciler
-from controllers.reconcilers.secret import SecretReconciler
 from controllers.reconcilers.sources import CredentialSource
 from controllers.reconcilers.sources.apikey import APIKeySource
 from controllers.reconcilers.sources.aws import AWSCredentialsSource
@@ -53,8 +59,6 @@ class ChainOptions:
     provider_concurrency: int = 4
     """Calls in flight to any one provider — for OIDC, to any one issuer host (a bulkhead: a
     hanging provider holds at most this many policy workers). Defaults to 4."""
-    channel_capacity: int = 1024
-    """Keys each channel holds before senders are pushed back. Defaults to 1024."""
     iam_key_grace_period: float = 300.0
     """Seconds a replaced IAM access key stays valid before rotator deletes it. Defaults to 300."""
     gcp_endpoints: gcp_common.Endpoints = field(default_factory=gcp_common.Endpoints)
@@ -84,8 +88,18 @@ def _spec_or_readiness_changed(old: Body | None, new: Body) -> bool:
     if sources.generation_changed(old, new):
         return True
     assert old is not None
-    before, after = conditions.of(old, "Ready"), conditions.of(new, "Ready")
+    before, after = conditions.of(old, api.READY), conditions.of(new, api.READY)
     return _summary(before) != _summary(after)
+
+
+def _spec_or_ready_status_changed(old: Body | None, new: Body) -> bool:
+    """Generation or whether the policy is Ready: all a Route reads of a policy (its
+    credentials come from the derived Secret, whose own events reach the Route)."""
+    if sources.generation_changed(old, new):
+        return True
+    assert old is not None
+    before, after = conditions.of(old, api.READY), conditions.of(new, api.READY)
+    return (before["status"] if before else None) != (after["status"] if after else None)
 
 
 def _summary(condition: api.Condition | None) -> tuple[str, str] | None:
@@ -155,15 +169,34 @@ def register(
     policies.add_index(indexes.POLICY_BY_BACKEND, indexes.policy_backends)
     routes.add_index(indexes.ROUTE_BY_BACKEND, indexes.route_backends)
 
-    to_policies = mgr.new_channel("backendsecuritypolicy", o.channel_capacity)
-    to_backends = mgr.new_channel("servicebackend", o.channel_capacity)
-    to_routes = mgr.new_channel("route", o.channel_capacity)
     controller_options = ControllerOptions(workers=o.workers)
 
-    secret = SecretReconciler(policies=policies.store, to_policies=to_policies)
-    c = mgr.new_controller("secret", secret, controller_options)
-    c.watch(sources.Mapped(all_secrets, secret.referenced))
+    def policies_using(secret: Mapping[str, Any]) -> list[Request]:
+        key = objects.key_of(secret)
+        return [
+            Request.for_object(p) for p in policies.store.by_index(indexes.POLICY_BY_SECRET, key)
+        ]
 
+    def routes_of_backends(keys: Iterable[str]) -> list[Request]:
+        return [
+            Request.for_object(r)
+            for key in keys
+            for r in routes.store.by_index(indexes.ROUTE_BY_BACKEND, key)
+        ]
+
+    def routes_of_policy(policy_obj: Mapping[str, Any]) -> list[Request]:
+        return routes_of_backends(indexes.policy_backends(policy_obj))
+
+    def routes_of_derived_secret(secret: Mapping[str, Any]) -> list[Request]:
+        owner = objects.controller_of(secret)
+        if owner is None or owner.get("kind") != "BackendSecurityPolicy":
+            return []
+        policy_obj = policies.store.get(
+            objects.make_key(objects.namespace(secret), owner.get("name", ""))
+        )
+        return [] if policy_obj is None else routes_of_policy(policy_obj)
+
+    policy_writes, route_writes = echoes.OwnWrites(), echoes.OwnWrites()
     policy = PolicyReconciler(
         api_client=mgr.api,
         policies=policies.store,
@@ -172,28 +205,25 @@ def register(
         sources=credential_sources_,
         recorder=mgr.recorder,
         metrics=metrics,
-        to_backends=to_backends,
+        own_writes=policy_writes,
         clock=clock,
     )
     c = mgr.new_controller(
         "backendsecuritypolicy", policy, ControllerOptions(workers=o.policy_workers)
     )
     c.watch(sources.Kind(policies, _spec_or_annotations_changed))
-    c.watch(sources.Owned(managed, api.POLICIES))
-    c.watch(sources.ChannelSource(to_policies))
+    c.watch(sources.Mapped(all_secrets, policies_using))
+    c.watch(sources.Owned(managed, api.POLICIES, policy_writes.not_echo))
 
     backend = BackendReconciler(
         api_client=mgr.api,
         backends=backends.store,
         policies=policies.store,
-        routes=routes.store,
         recorder=mgr.recorder,
-        to_routes=to_routes,
         clock=clock,
     )
     c = mgr.new_controller("servicebackend", backend, controller_options)
     c.watch(sources.Kind(backends, sources.generation_changed))
-    c.watch(sources.ChannelSource(to_backends))
     c.watch(sources.Mapped(policies, _targets, _spec_or_readiness_changed))
 
     route = RouteReconciler(
@@ -203,18 +233,19 @@ def register(
         policies=policies.store,
         managed_secrets=managed.store,
         recorder=mgr.recorder,
+        own_writes=route_writes,
         clock=clock,
     )
     c = mgr.new_controller("route", route, controller_options)
     c.watch(sources.Kind(routes, sources.generation_changed))
-    c.watch(sources.Owned(managed, api.ROUTES))
-    c.watch(sources.ChannelSource(to_routes))
-
-    def routes_of(backend_obj: Mapping[str, Any]) -> list[Request]:
-        key = objects.key_of(backend_obj)
-        return [Request.for_object(r) for r in routes.store.by_index(indexes.ROUTE_BY_BACKEND, key)]
-
-    c.watch(sources.Mapped(backends, routes_of, sources.generation_changed))
+    c.watch(sources.Owned(managed, api.ROUTES, route_writes.not_echo))
+    c.watch(
+        sources.Mapped(
+            backends, lambda b: routes_of_backends([objects.key_of(b)]), sources.generation_changed
+        )
+    )
+    c.watch(sources.Mapped(policies, routes_of_policy, _spec_or_ready_status_changed))
+    c.watch(sources.Mapped(managed, routes_of_derived_secret))
 
 
 def _targets(policy: Mapping[str, Any]) -> list[Request]:

@@ -12,8 +12,9 @@ not request watch bookmarks. This module keeps client-go's reflector semantics i
 * Periodic resync: every ``resync_period`` (± jitter) handlers get ``on_update(obj, obj)`` for every
   stored object, so a reconcile lost to a bug still happens eventually.
 * Metadata-only mode asks for ``PartialObjectMetadata``: the store never holds the objects' bodies.
-  Large, never-read fields are dropped on the way in (``managedFields``, and in metadata-only mode
-  the ``last-applied-configuration`` annotation, which for a Secret holds its data).
+  Large, never-read fields are dropped on the way in (``managedFields`` and the
+  ``last-applied-configuration`` annotation, which for a Secret holds its data), and a caller's
+  ``transform`` keeps only what its reconcilers read (controller-runtime's cache transforms).
 * ``has_synced()`` is true once every namespace's first list is stored and handed to handlers.
 
 Handlers run on the informer's threads and must be quick (they enqueue keys).
@@ -78,18 +79,16 @@ class InformerStats:
     events: dict[str, int] = field(default_factory=dict)
 
 
-def strip_managed_fields(obj: Body) -> Body:
+def strip_never_read(obj: Body) -> Body:
+    """Drops what no controller reads and that can be large: ``managedFields`` and kubectl's
+    ``last-applied-configuration`` annotation (a copy of the whole object as applied — for a
+    Secret, its data). controller-runtime's ``cache.TransformStripManagedFields`` and friends."""
     md = obj.get("metadata")
-    if isinstance(md, dict) and "managedFields" in md:
-        md.pop("managedFields")
-    return obj
-
-
-def strip_for_metadata_only(obj: Body) -> Body:
-    obj = strip_managed_fields(obj)
-    annotations = (obj.get("metadata") or {}).get("annotations")
-    if isinstance(annotations, dict):
-        annotations.pop(LAST_APPLIED, None)
+    if isinstance(md, dict):
+        md.pop("managedFields", None)
+        annotations = md.get("annotations")
+        if isinstance(annotations, dict):
+            annotations.pop(LAST_APPLIED, None)
     return obj
 
 
@@ -120,9 +119,10 @@ class Informer:
         )
         self._label_selector = label_selector
         self._field_selector = field_selector
-        base = strip_for_metadata_only if metadata_only else strip_managed_fields
         self._transform: Transform = (
-            base if transform is None else (lambda obj: transform(base(obj)))
+            strip_never_read
+            if transform is None
+            else (lambda obj: transform(strip_never_read(obj)))
         )
         self._options = options or InformerOptions()
         self._handlers: list[EventHandler] = []

@@ -1,4 +1,4 @@
-"""Prometheus metrics with controller-runtime's names and labels (a contract: DESIGN §4).
+"""Prometheus metrics with controller-runtime's names and labels (a contract: docs/api.md, Metrics).
 
 All metrics live on one registry owned by the composition root; nothing is registered globally.
 """

@@ -9,13 +9,13 @@ from typing import Any, cast
 import pytest
 from prometheus_client import CollectorRegistry
 
-from controllers.reconcilers import api, derived
+from controllers.reconcilers import api, derived, echoes
 from controllers.reconcilers.metrics import CredentialMetrics
 from controllers.reconcilers.policy import PolicyReconciler
 from controllers.reconcilers.sources import CredentialSource, MintContext
-from controllers.runtime import channel, events, objects
 from controllers.runtime import client as clients
 from controllers.runtime import clock as clocks
+from controllers.runtime import events, objects
 from controllers.runtime.cache import FullObjectReader
 from controllers.runtime.reconcile import Request
 from controllers.runtime.store import Store
@@ -102,7 +102,7 @@ class World:
             sources={"AWSCredentials": self.source},
             recorder=cast(events.EventRecorder, self.events),
             metrics=CredentialMetrics(self.registry),
-            to_backends=channel.Channel[Request]("backends"),
+            own_writes=echoes.OwnWrites(),
             clock=clocks.FakeClock(NOW),
         )
 

@@ -11,7 +11,7 @@ from typing import Any, cast
 import pytest
 import yaml
 
-from controllers.reconcilers import api, indexes, routeconfig
+from controllers.reconcilers import api, echoes, indexes, routeconfig
 from controllers.reconcilers.route import RouteReconciler
 from controllers.runtime import client as clients
 from controllers.runtime import clock as clocks
@@ -66,6 +66,7 @@ class World:
             policies=self.policies,
             managed_secrets=self.managed,
             recorder=cast(events.EventRecorder, self.recorder),
+            own_writes=echoes.OwnWrites(),
             clock=clocks.FakeClock(NOW),
         )
 
