@@ -283,7 +283,7 @@ def _run(
         election = leaderelection.LeaderElectionOptions(
             name=args.leader_election_id, namespace=namespace, identity=identity
         )
-    metrics = metric_families.Metrics()
+    metrics = metric_families.Metrics(prefix="rotator")
     api = clients.Client(api_client, metrics=metrics.for_requests(api_client.configuration.host))
     options = manager.ManagerOptions(
         namespaces=tuple(args.namespaces),

@@ -1,7 +1,8 @@
 """Everything ``rotator dev`` runs besides the controller: a local control plane, moto (AWS),
-the stand-ins (OIDC issuer, STS proxy, Google and Azure AD token services), the CRDs, and the
-samples — one chain per credential type, made runnable here by registering in the stand-ins
-what each sample names (its OIDC client, IAM user, pool and provider, Azure application).
+the stand-ins (OIDC issuer, STS and IAM proxies that check signatures with what they issued,
+Google and Azure AD token services), the CRDs, and the samples — one chain per credential
+type, made runnable here by registering in the stand-ins what each sample names (its OIDC
+client, IAM user, pool and provider, Azure application).
 
 Credentials minted here live ``lifetime`` seconds (3 minutes by default), so rotations happen
 while you watch.
@@ -22,6 +23,7 @@ from controllers.controlplane.cluster import SERVICE_ACCOUNT_ISSUER, LocalContro
 from controllers.devenv import manifests
 from controllers.devenv.standins.azure import App, AzureStandIn, tls_context
 from controllers.devenv.standins.gcp import GCPStandIn
+from controllers.devenv.standins.iam import IAMProxy
 from controllers.devenv.standins.oidc import OIDCIssuer
 from controllers.devenv.standins.sts import STSProxy
 from controllers.runtime import client as clients
@@ -41,6 +43,7 @@ class DevEnvironment:
         self.moto_url = ""
         self.oidc = OIDCIssuer(token_lifetime=max(2 * lifetime, 300))
         self.sts: STSProxy | None = None
+        self.iam: IAMProxy | None = None
         self.gcp = GCPStandIn(lifetime=lifetime)
         self.azure: AzureStandIn | None = None
         self._started: list[Any] = []
@@ -58,6 +61,8 @@ class DevEnvironment:
             self._started.append(self.oidc.start())
             self.sts = STSProxy(self.moto_url, lifetime=self.lifetime).start()
             self._started.append(self.sts)
+            self.iam = IAMProxy(self.moto_url, self.sts.keyring).start()
+            self._started.append(self.iam)
             self.sts.trust(self.oidc.issuer, self.oidc.jwks(), AUDIENCE)
             self.sts.trust(SERVICE_ACCOUNT_ISSUER, cluster_jwks, AUDIENCE)
             self._started.append(self.gcp.start())
@@ -89,10 +94,11 @@ class DevEnvironment:
     def controller_env(self) -> dict[str, str]:
         """Where the controller finds the providers (boto3 reads the AWS ones itself)."""
         assert self.sts is not None
+        assert self.iam is not None
         assert self.azure is not None
         return {
             "AWS_ENDPOINT_URL_STS": self.sts.url,
-            "AWS_ENDPOINT_URL_IAM": self.moto_url,
+            "AWS_ENDPOINT_URL_IAM": self.iam.url,  # records the keys it creates, for STS
             "AWS_EC2_METADATA_DISABLED": "true",
             "ROTATOR_GCP_STS_ENDPOINT": self.gcp.sts_url,
             "ROTATOR_GCP_IAM_CREDENTIALS_ENDPOINT": self.gcp.url,

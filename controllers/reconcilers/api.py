@@ -136,6 +136,14 @@ def route_config_secret_name(route_name: str) -> str:
 
 PolicyType = Literal["APIKey", "AWSCredentials", "GCPCredentials", "AzureCredentials"]
 
+CREDENTIAL_BLOCKS: dict[str, str] = {
+    "APIKey": "apiKey",
+    "AWSCredentials": "awsCredentials",
+    "GCPCredentials": "gcpCredentials",
+    "AzureCredentials": "azureCredentials",
+}
+"""Policy ``type`` → the spec field that holds its credential block."""
+
 
 class SecretRef(TypedDict):
     name: str

@@ -42,8 +42,7 @@ UNREADABLE_EXPIRY = 0.0
 def spec_hash(spec: api.PolicySpec) -> str:
     """Hash of what the credential depends on: the type and its block (not targetRefs)."""
     kind = spec["type"]
-    block_name = kind[0].lower() + kind[1:]
-    block = cast(Mapping[str, Any], spec).get(block_name)
+    block = cast(Mapping[str, Any], spec).get(api.CREDENTIAL_BLOCKS.get(kind, ""))
     text = json.dumps({"type": kind, "block": block}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 

@@ -6,10 +6,11 @@ All metrics live on one registry owned by the composition root; nothing is regis
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Hashable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from controllers.runtime import clock as clocks
 
 _RECONCILE_BUCKETS = (
     0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 0.7, 0.8,
@@ -20,10 +21,19 @@ _QUEUE_BUCKETS = tuple(10.0**e for e in range(-8, 4))  # 10 ns … 1000 s, as cl
 
 
 class Metrics:
-    """Every runtime metric family, on ``registry``."""
+    """Every runtime metric family, on ``registry``. controller-runtime's and client-go's keep
+    their names; the runtime's own (event channels, dropped Events) are named
+    ``<prefix>_…`` by the application that owns the process."""
 
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    def __init__(
+        self,
+        registry: CollectorRegistry | None = None,
+        *,
+        prefix: str = "controller",
+        clock: clocks.Clock | None = None,
+    ) -> None:
         self.registry = registry or CollectorRegistry()
+        self.clock = clock or clocks.RealClock()
         r = self.registry
         self.reconcile_total = Counter(
             "controller_runtime_reconcile_total",
@@ -111,29 +121,29 @@ class Metrics:
             registry=r,
         )
         self.channel_depth = Gauge(
-            "rotator_event_channel_depth",
+            f"{prefix}_event_channel_depth",
             "Keys waiting in an event channel between two controllers",
             ["channel"],
             registry=r,
         )
         self.channel_full = Counter(
-            "rotator_event_channel_full_total",
+            f"{prefix}_event_channel_full_total",
             "Sends that found an event channel full after waiting (the sender is retried)",
             ["channel"],
             registry=r,
         )
         self.events_dropped = Counter(
-            "rotator_events_dropped_total",
+            f"{prefix}_events_dropped_total",
             "Kubernetes Events not recorded because the recorder's buffer was full or the API "
             "refused them",
             registry=r,
         )
 
-    def for_queue(self, name: str) -> QueueMetrics:
-        return QueueMetrics(self, name)
+    def for_queue(self, name: str) -> PrometheusQueueMetrics:
+        return PrometheusQueueMetrics(self, name)
 
-    def for_requests(self, host: str) -> RequestMetrics:
-        return RequestMetrics(self, host)
+    def for_requests(self, host: str) -> PrometheusRequestMetrics:
+        return PrometheusRequestMetrics(self, host)
 
     # ChannelMetrics
     def depth(self, channel: str, depth: int) -> None:
@@ -143,10 +153,11 @@ class Metrics:
         self.channel_full.labels(channel).inc()
 
 
-class QueueMetrics:
-    """client-go's queue metrics for one named queue."""
+class PrometheusQueueMetrics:
+    """client-go's queue metrics for one named queue (a ``queue.QueueMetrics``)."""
 
     def __init__(self, metrics: Metrics, name: str) -> None:
+        self._clock = metrics.clock
         self._depth = metrics.queue_depth.labels(name, name)
         self._adds = metrics.queue_adds.labels(name, name)
         self._latency = metrics.queue_latency.labels(name, name)
@@ -160,10 +171,10 @@ class QueueMetrics:
         with self._lock:
             self._adds.inc()
             self._depth.inc()
-            self._added_at.setdefault(item, time.monotonic())
+            self._added_at.setdefault(item, self._clock.monotonic())
 
     def taken(self, item: Hashable) -> None:
-        now = time.monotonic()
+        now = self._clock.monotonic()
         with self._lock:
             self._depth.dec()
             added = self._added_at.pop(item, None)
@@ -175,14 +186,14 @@ class QueueMetrics:
         with self._lock:
             started = self._started_at.pop(item, None)
         if started is not None:
-            self._work.observe(time.monotonic() - started)
+            self._work.observe(self._clock.monotonic() - started)
 
     def retried(self) -> None:
         self._retries.inc()
 
 
-class RequestMetrics:
-    """client-go's REST client metrics for one API server."""
+class PrometheusRequestMetrics:
+    """client-go's REST client metrics for one API server (a ``client.RequestMetrics``)."""
 
     def __init__(self, metrics: Metrics, host: str) -> None:
         self._metrics = metrics

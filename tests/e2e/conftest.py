@@ -22,11 +22,12 @@ from controllers.controlplane.cluster import (
 )
 from controllers.devenv.standins.azure import AzureStandIn, tls_context
 from controllers.devenv.standins.gcp import GCPStandIn
+from controllers.devenv.standins.iam import IAMProxy
 from controllers.devenv.standins.oidc import OIDCIssuer
 from controllers.devenv.standins.sts import STSProxy
 from controllers.runtime import client as clients
 from controllers.runtime import errors, objects, restconfig
-from tests.support import audit
+from tests.support import audit, leaks
 from tests.support.chain import AWSChain, Chain
 from tests.support.controller import (
     ControllerProcess,
@@ -120,6 +121,7 @@ def moto() -> Iterator[str]:
 @pytest.fixture(scope="session")
 def oidc_issuer() -> Iterator[OIDCIssuer]:
     issuer = OIDCIssuer().start()
+    leaks.MINTED.add_source("the OIDC issuer", issuer.issued_values)
     yield issuer
     issuer.stop()
 
@@ -134,11 +136,24 @@ def cluster_jwks(api: clients.Client) -> dict[str, Any]:
 @pytest.fixture(scope="session")
 def sts(moto: str, oidc_issuer: OIDCIssuer, cluster_jwks: dict[str, Any]) -> Iterator[STSProxy]:
     """STS as the controller sees it: moto behind a proxy that checks web identity tokens (from
-    the OIDC issuer and from the API server's service-account issuer) and shortens sessions."""
+    the OIDC issuer and from the API server's service-account issuer), shortens sessions, and
+    checks the signatures of other calls (GetCallerIdentity) against what it and the IAM proxy
+    issued — so "the credential works" means the secret key and session token are right."""
     proxy = STSProxy(moto, lifetime=60).start()
+    leaks.MINTED.add_source("the STS stand-in", proxy.issued_values)
     proxy.trust(oidc_issuer.issuer, oidc_issuer.jwks(), "sts.amazonaws.com")
     proxy.trust(SERVICE_ACCOUNT_ISSUER, cluster_jwks, "sts.amazonaws.com")
     proxy.roles.add(ROLE_ARN)
+    yield proxy
+    proxy.stop()
+
+
+@pytest.fixture(scope="session")
+def iam_proxy(moto: str, sts: STSProxy) -> Iterator[IAMProxy]:
+    """IAM as the controller sees it: moto behind a proxy that records the keys CreateAccessKey
+    returns, for the STS proxy's signature checks (tests administer moto directly)."""
+    proxy = IAMProxy(moto, sts.keyring).start()
+    leaks.MINTED.add_source("the IAM stand-in", proxy.issued_values)
     yield proxy
     proxy.stop()
 
@@ -148,6 +163,7 @@ def gcp(oidc_issuer: OIDCIssuer, cluster_jwks: dict[str, Any]) -> Iterator[GCPSt
     """Google STS, IAM credentials and OAuth token endpoints; trusts the OIDC issuer and the API
     server's service-account issuer."""
     standin = GCPStandIn(lifetime=60).start()
+    leaks.MINTED.add_source("the GCP stand-in", standin.issued_values)
     standin.trust.add(oidc_issuer.issuer, oidc_issuer.jwks())
     standin.trust.add(SERVICE_ACCOUNT_ISSUER, cluster_jwks)
     yield standin
@@ -163,6 +179,7 @@ def azure(
     """Azure AD's v2 token endpoint over HTTPS (``azure.ca_file`` trusts it)."""
     context, ca_file = tls_context(tmp_path_factory.mktemp("azure-tls"))
     standin = AzureStandIn(context, ca_file, lifetime=60).start()
+    leaks.MINTED.add_source("the Azure stand-in", standin.issued_values)
     standin.trust.add(oidc_issuer.issuer, oidc_issuer.jwks())
     standin.trust.add(SERVICE_ACCOUNT_ISSUER, cluster_jwks)
     yield standin
@@ -176,17 +193,18 @@ def controller(
     installed: None,
     moto: str,
     sts: STSProxy,
+    iam_proxy: IAMProxy,
     gcp: GCPStandIn,
     azure: AzureStandIn,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[ControllerProcess]:
     """``rotator run`` as the controller's ServiceAccount, shared by the chain tests; AWS calls
-    go to moto (IAM) and the STS proxy."""
+    go to the STS and IAM proxies in front of moto."""
     workdir = tmp_path_factory.mktemp("controller")
     kubeconfig = service_account_kubeconfig(control_plane, api, workdir / "kubeconfig")
     env = {
         "AWS_ENDPOINT_URL_STS": sts.url,
-        "AWS_ENDPOINT_URL_IAM": moto,
+        "AWS_ENDPOINT_URL_IAM": iam_proxy.url,
         "AWS_EC2_METADATA_DISABLED": "true",
         "AWS_ACCESS_KEY_ID": "",
         "AWS_SECRET_ACCESS_KEY": "",
@@ -204,15 +222,65 @@ def controller(
         process.stop()
 
 
+@pytest.fixture(scope="session")
+def controller_log_tail() -> leaks.LogTail:
+    """How far the shared controller's logs were scanned for leaks."""
+    return leaks.LogTail()
+
+
 @pytest.fixture
-def chain(api: clients.Client, namespace: str, controller: ControllerProcess) -> Iterator[Chain]:
+def chain(
+    api: clients.Client,
+    namespace: str,
+    controller: ControllerProcess,
+    controller_log_tail: leaks.LogTail,
+) -> Iterator[Chain]:
     """A chain builder in a fresh namespace; afterwards, no secret value may appear in the
-    controller's logs, in Events or in any status."""
+    controller's logs (what they gained since the last scan: a value cannot be logged before it
+    exists), its metrics, the namespace's Events or any status. The values are the chain's own
+    and every one the stand-ins minted or were given in the whole run (tests/support/leaks.py:
+    session tokens and secret keys, IAM secret keys, Google and Azure access tokens, OIDC tokens
+    and client secrets, the ServiceAccount tokens presented to them), which most tests never
+    see. Route configs carry credentials by design and are not scanned.
+
+    Mutation-tested (controllers/reconcilers/policy.py, each caught here): the minted data
+    logged as ``detail=`` in ``policy.credentials_minted`` (test_aws.py metrics test: STS secret
+    key and session token; test_iam_keys.py management-secret test: IAM secret key;
+    test_gcp_azure.py GCP outage test: GCP token — the end-of-run scan caught them too); a token
+    in the Ready condition message (test_gcp_azure.py Azure outage test: status and Events); in
+    the CredentialsRotated Event (test_aws.py rotation-request test); in a metric label
+    (test_aws.py restart test). The metrics, GCP, Azure and restart tests register none of
+    those values themselves: a scan of registered values alone could not catch them."""
     assert controller.proc is not None
     assert controller.proc.popen.poll() is None, (
         f"the controller exited: {controller.logs()[-3000:]}"
     )
     built = AWSChain(api, namespace)
     yield built
-    leaks = built.leaks(controller.logs())
-    assert not leaks, leaks
+    metrics = ""
+    if controller.proc is not None:
+        metrics = controller.proc.http(controller.proc.metrics_port, "/metrics")[1]
+    logs = controller_log_tail.new_text(controller.workdir.glob("controller-*.log"))
+    found = built.leaks(logs, metrics=metrics)
+    assert not found, found
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_leak_in_any_controller_log(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """At the end of the run, every controller log of the session (the shared controller's, and
+    those of replicas, namespaced and lossy controllers that no chain fixture scans) holds none
+    of the values the stand-ins minted or were given. (Values tests chose stay with their own
+    chain's scan: a human-chosen string may legitimately occur in another test's log.)
+    Mutation-tested: the ``detail=`` log mutation in the chain fixture's docstring failed here
+    too."""
+    yield
+    values = leaks.MINTED.values()
+    if not any(values.values()):
+        return
+    scanner = leaks.Scanner(values)
+    found = [
+        f"{path.name} in {path.parent.name}: {leak}"
+        for path in sorted(tmp_path_factory.getbasetemp().rglob("controller-*.log"))
+        for leak in scanner.leaks({"log": path.read_text(errors="replace")})
+    ]
+    assert not found, found

@@ -3,6 +3,7 @@ surface as precise reasons, back off, and recover on their own when fixed."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -11,7 +12,8 @@ from controllers.reconcilers import api as rapi
 from controllers.runtime import client as clients
 from controllers.runtime import errors
 from controllers.runtime.objects import Resource
-from tests.support.audit import AuditLog
+from tests.support import backoff
+from tests.support.audit import AuditLog, Request
 from tests.support.chain import Chain
 from tests.support.polling import wait_for
 
@@ -226,18 +228,45 @@ def test_secret_without_the_key_then_fixed(chain: Chain) -> None:
     chain.wait_condition("policy", "p", "Ready", "True", "CredentialsReady")
 
 
+def policy_writes(audit_log: AuditLog, mark: int, name: str) -> list[Request]:
+    """The controller's completed writes to policy ``name`` (its status) since ``mark``."""
+    return [
+        r
+        for r in audit_log.writes_since(mark)
+        if r.resource == "backendsecuritypolicies" and r.name == name
+    ]
+
+
 def test_malformed_aws_file_backs_off_without_a_hot_loop(chain: Chain, audit_log: AuditLog) -> None:
     secret_text = "this is not an ini file: aws_secret_access_key=hunter2-super-secret"
     chain.secret("aws", credentials=secret_text)
     chain.remember("hunter2-super-secret")
     mark = audit_log.mark()
+    created = time.time()
     chain.aws_file_policy("p", secret="aws", targets=["b"])
     ready = chain.wait_condition("policy", "p", "Ready", "False", "InvalidSecretData")
     assert "is not an AWS credentials file" in ready["message"]
+
+    # No hot loop: retries on the documented schedule (1 s doubling, ±20 %; tests/support/
+    # backoff.py). Attempt k cannot come sooner after creation than the schedule allows, so the
+    # count read at any moment is bounded by the time since creation (hard: a loaded machine
+    # only makes fewer attempts). Mutations caught: a constant 1 s retry delay, a zero delay.
+    def failed_attempts() -> int:
+        return int((chain.get("policy", "p") or {}).get("status", {}).get("failedAttempts", 0))
+
+    wait_for(lambda: failed_attempts() >= 5, timeout=backoff.latest(5) + 30, what="four retries")
+    counted, elapsed = failed_attempts(), time.time() - created  # the clock read after the count
+    print(f"\n{counted} attempts {elapsed:.1f} s after the policy was created")
+    assert counted <= backoff.most_attempts(elapsed), (
+        f"{counted} attempts in {elapsed:.1f} s: the schedule allows "
+        f"{backoff.most_attempts(elapsed)}"
+    )
+    # Positive control: the log holds a status write for every attempt seen so far, so the
+    # upper bounds below are not met by an empty or unread log.
+    seen = (chain.get("policy", "p") or {})["status"]["failedAttempts"]
     wait_for(
-        lambda: (chain.get("policy", "p") or {}).get("status", {}).get("failedAttempts", 0) >= 3,
-        timeout=20,
-        what="retries",
+        lambda: len(policy_writes(audit_log, mark, "p")) >= seen,
+        what="the controller's status writes in the audit log",
     )
     status_writes = [
         r
@@ -251,6 +280,7 @@ def test_malformed_aws_file_backs_off_without_a_hot_loop(chain: Chain, audit_log
         for r in audit_log.since(mark)
         if r.resource == "secrets" and r.name == "aws" and r.verb == "get"
     ]
+    assert secret_reads, "positive control: the controller's read of the Secret is logged"
     assert len(secret_reads) <= 2, "the Secret's data is read once per resourceVersion"
     chain.secret(
         "aws",

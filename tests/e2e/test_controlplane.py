@@ -17,7 +17,6 @@ from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
 from controllers.controlplane import cluster
 from controllers.controlplane.cluster import LocalControlPlane
-from controllers.runtime import client as clients
 from controllers.runtime import errors, objects
 from tests.support.kube import token_client
 from tests.support.polling import wait_for
@@ -212,8 +211,20 @@ def test_killed_owner_leaves_no_orphans_and_its_folder_is_swept(control_plane) -
     assert not Path(started["dir"]).exists()
 
 
-def test_a_client_without_credentials_is_refused(control_plane) -> None:
+def test_a_client_without_credentials_is_refused(control_plane, api, namespace) -> None:
+    """A bearer token the API server did not issue is refused as unauthenticated (401, not 403);
+    the same client with a token it issued gets in, so the refusal is about the token."""
     anonymous = token_client(control_plane, "not-a-token")
     with pytest.raises(errors.Unauthorized):
         anonymous.list(objects.CONFIGMAPS, namespace="default")
-    assert isinstance(anonymous, clients.Client)
+    api.create(objects.SERVICEACCOUNTS, {"metadata": {"name": "caller"}}, namespace=namespace)
+    token = api.create(
+        objects.SERVICEACCOUNTS,
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
+        namespace=namespace,
+        name="caller",
+        subresource="token",
+    )["status"]["token"]
+    assert token_client(control_plane, token).request("GET", "/version")["gitVersion"] == (
+        KUBE_VERSION
+    )

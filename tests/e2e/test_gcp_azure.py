@@ -14,6 +14,7 @@ from controllers.devenv.standins.gcp import GCPStandIn
 from controllers.devenv.standins.oidc import OIDCIssuer
 from controllers.reconcilers import api as rapi
 from rotator.providers.gcp import federation
+from tests.support import backoff
 from tests.support.chain import AWSChain
 from tests.support.controller import ControllerProcess
 from tests.support.history import SecretHistory
@@ -215,6 +216,15 @@ def test_azure_outage_keeps_ready_while_valid(chain: AWSChain, azure: AzureStand
 def test_bad_gcp_and_azure_input_is_explained_without_hot_loops(
     chain: AWSChain, gcp: GCPStandIn, azure: AzureStandIn
 ) -> None:
+    """Bad keys, pools and client secrets: a precise reason each, and retries on the documented
+    schedule (1 s doubling, ±20 %; tests/support/backoff.py). Attempt k of a policy cannot come
+    sooner after its creation than the schedule allows, so each policy's attempts, and the
+    refused calls to each stand-in, are bounded by the time since the test began — hard
+    bounds: a loaded machine only makes fewer attempts.
+
+    Mutations caught: a constant 1 s retry delay, a zero delay (a hot loop)."""
+    started = time.time()
+    refused = {"gcp": gcp.count("exchange_refused"), "azure": azure.count("refused")}
     chain.secret(
         "broken-key",
         **{
@@ -270,8 +280,25 @@ def test_bad_gcp_and_azure_input_is_explained_without_hot_loops(
     )
     for name in ("bad-key", "bad-pool", "bad-secret"):
         wait_for(lambda n=name: "RotationFailed" in chain.event_reasons(n), what=f"{name} event")  # type: ignore[misc]
-    started, refused = time.time(), azure.count("refused")
-    wait_for(lambda: azure.count("refused") >= refused + 2, timeout=30, what="retries")
-    rate = (azure.count("refused") - refused) / (time.time() - started)
-    print(f"\nwrong Azure secret: {rate:.2f} attempts/s while backing off")
-    assert rate < 2, "no hot loop"
+    bad = ("bad-key", "not-json", "bad-pool", "bad-secret")
+
+    def attempts(name: str) -> int:
+        return int((chain.get("policy", name) or {}).get("status", {}).get("failedAttempts", 0))
+
+    wait_for(
+        lambda: all(attempts(n) >= 5 for n in bad),
+        timeout=backoff.latest(5) + 30,
+        what="four retries each",
+    )
+    counts = {n: attempts(n) for n in bad}
+    calls = {
+        "gcp": gcp.count("exchange_refused") - refused["gcp"],
+        "azure": azure.count("refused") - refused["azure"],
+    }
+    elapsed = time.time() - started  # the clock read after the counts: an upper bound
+    most = backoff.most_attempts(elapsed)
+    print(
+        f"\n{elapsed:.1f} s: attempts {counts}, refused calls {calls}; the schedule allows {most}"
+    )
+    assert all(c <= most for c in counts.values()), "no hot loop: retries keep to the schedule"
+    assert all(0 < c <= most for c in calls.values()), "one provider call per attempt, no more"

@@ -54,18 +54,24 @@ def test_restart_converges_and_writes_nothing_for_correct_objects(
         what="the change made while down",
     )
     wait_for(controller.idle, what="settled after restart")
-    written = {
-        (w.resource, w.name)
-        for w in audit_log.writes_since(mark)
-        if w.namespace == chain.ns and w.resource != "events"
-    }
+
+    def written() -> set[tuple[str, str]]:
+        return {
+            (w.resource, w.name)
+            for w in audit_log.writes_since(mark)
+            if w.namespace == chain.ns and w.resource != "events"
+        }
+
+    # Positive control: the log holds the writes the change made while down needed, so an empty
+    # or unread log cannot pass the check below.
+    new_key = {("secrets", "rotator-bsp-p0"), ("secrets", "rotator-route-r0")}
+    wait_for(lambda: new_key <= written(), what="the new key's writes in the audit log")
     changed_chain = {
-        ("secrets", "rotator-bsp-p0"),  # the new key
+        *new_key,  # the new key, derived and inline in the route config
         ("backendsecuritypolicies", "p0"),  # lastRotationTime
-        ("secrets", "rotator-route-r0"),  # the new key, inline
     }
-    assert written <= changed_chain, (
-        f"writes for objects that were already correct: {written - changed_chain}"
+    assert written() <= changed_chain, (
+        f"writes for objects that were already correct: {written() - changed_chain}"
     )
 
 
@@ -84,14 +90,36 @@ def test_resync_with_nothing_to_change_makes_no_writes(
             what="at least one full resync",
         )
         wait_for(controller.idle, what="settled after resyncs")
-        writes = [w for w in audit_log.writes_since(mark) if w.namespace == chain.ns]
+        until = audit_log.mark()
+        writes = [w for w in audit_log.writes_since(mark, until) if w.namespace == chain.ns]
         assert writes == [], sorted(
             {(w.verb, w.resource, w.subresource, w.name, w.code) for w in writes}
         )
-        counts = audit_log.counts_since(mark)
-        print(f"\nrequests during resyncs: {dict(counts)} mark={mark} size={audit_log.mark()}")
+        counts = audit_log.counts_since(mark, until)
+        print(f"\nrequests during resyncs: {dict(counts)} from {mark} to {until}")
         assert not any(verb == "get" and resource == "secrets" for verb, resource in counts), (
             "unchanged Secrets are not read again"
+        )
+
+        # Positive control: with the same log and filters, a change is seen — the controller
+        # reads the changed Secret and writes the derived Secret, in this namespace.
+        chain.secret("k0", apiKey="sk-steady-state-0-changed")
+
+        def logged(verb: str, resource: str, name: str) -> bool:
+            return any(
+                (r.verb, r.resource, r.name, r.namespace, r.stage)
+                == (verb, resource, name, chain.ns, "ResponseComplete")
+                for r in audit_log.since(until)
+            )
+
+        wait_for(lambda: logged("get", "secrets", "k0"), what="the changed Secret read, logged")
+        wait_for(
+            lambda: any(
+                (w.resource, w.name) == ("secrets", "rotator-bsp-p0")
+                for w in audit_log.writes_since(until)
+                if w.namespace == chain.ns
+            ),
+            what="the derived Secret's write, logged",
         )
     finally:
         controller.restart()

@@ -35,23 +35,34 @@ class Request:
     code: int
 
 
+class AuditLogMissing(AssertionError):
+    """The audit log is not where it should be, or shrank: a check on it would pass on nothing."""
+
+
 class AuditLog:
-    """Requests logged since a mark; the log only grows, so a byte offset is a mark."""
+    """Requests logged since a mark; the log only grows, so a byte offset is a mark.
+
+    Reading fails loudly when the file is missing or shorter than a mark (rotated, or another
+    file): an empty read would make every "no such request" check pass without looking.
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = path
 
     def mark(self) -> int:
-        return self.path.stat().st_size if self.path.exists() else 0
+        return self._size()
 
-    def since(self, mark: int) -> list[Request]:
-        if not self.path.exists():
-            return []
+    def since(self, mark: int, until: int | None = None) -> list[Request]:
+        """The requests logged from ``mark`` on (to ``until``, another mark, if given); only
+        complete lines, so an entry being written is read next time."""
+        size = self._size()
+        if mark > size or (until is not None and not mark <= until <= size):
+            raise AuditLogMissing(f"{self.path} holds {size} bytes, not {mark}..{until}")
         with self.path.open("rb") as f:
             f.seek(mark)
-            lines = f.read().splitlines()
+            chunk = f.read((until if until is not None else size) - mark)
         out = []
-        for line in lines:
+        for line in chunk[: chunk.rfind(b"\n") + 1].splitlines():
             e = json.loads(line)
             ref = e.get("objectRef") or {}
             out.append(
@@ -68,17 +79,27 @@ class AuditLog:
             )
         return out
 
-    def writes_since(self, mark: int, *, exclude: tuple[str, ...] = ("leases",)) -> list[Request]:
+    def writes_since(
+        self, mark: int, until: int | None = None, *, exclude: tuple[str, ...] = ("leases",)
+    ) -> list[Request]:
         """Completed write requests, except to the given resources."""
         return [
             r
-            for r in self.since(mark)
+            for r in self.since(mark, until)
             if r.verb in WRITE_VERBS and r.resource not in exclude and r.stage == "ResponseComplete"
         ]
 
-    def counts_since(self, mark: int) -> Counter[tuple[str, str]]:
+    def counts_since(self, mark: int, until: int | None = None) -> Counter[tuple[str, str]]:
         return Counter(
             (r.verb, r.resource + (f"/{r.subresource}" if r.subresource else ""))
-            for r in self.since(mark)
+            for r in self.since(mark, until)
             if r.stage == "ResponseComplete"
         )
+
+    def _size(self) -> int:
+        try:
+            return self.path.stat().st_size
+        except FileNotFoundError:
+            raise AuditLogMissing(
+                f"no audit log at {self.path}: is the API server auditing (audit_policy)?"
+            ) from None

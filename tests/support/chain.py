@@ -1,5 +1,6 @@
 """Building Secret → BackendSecurityPolicy → ServiceBackend → Route chains in a test namespace,
-remembering every secret value so a test can prove none leaked."""
+remembering every secret value so a test can prove none leaked (with every value the stand-ins
+minted: tests/support/leaks.py)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from controllers.runtime import client as clients
 from controllers.runtime import clock as clocks
 from controllers.runtime import errors, objects
 from rotator import formats
+from tests.support import leaks as leakscan
 from tests.support.polling import wait_for
 
 KINDS = {"policy": rapi.POLICIES, "backend": rapi.BACKENDS, "route": rapi.ROUTES}
@@ -211,19 +213,20 @@ class Chain:
 
     # --- secrecy -----------------------------------------------------------------------------
 
-    def leaks(self, controller_logs: str) -> list[str]:
-        """Where any remembered secret value (or its base64) appears: logs, events, statuses."""
+    def leaks(self, controller_logs: str, *, metrics: str = "") -> list[str]:
+        """Where any secret value (or its base64) appears — the chain's own (:meth:`secret`,
+        :meth:`remember`) and every one the run's stand-ins minted or were given
+        (:data:`tests.support.leaks.MINTED`) — in the controller's logs and ``metrics`` text,
+        this namespace's Events and the statuses of its rotator objects. Route configs and
+        derived Secrets carry credentials by design and are not looked at."""
         places = {"controller log": controller_logs, "events": json.dumps(self.events())}
+        if metrics:
+            places["controller metrics"] = metrics
         for kind, resource in KINDS.items():
             items = self.api.list(resource, namespace=self.ns).get("items") or []
             places[f"{kind} status"] = json.dumps([i.get("status") for i in items])
-        found = []
-        for value in self.secret_values:
-            needles = {value, base64.b64encode(value.encode()).decode()}
-            for place, text in places.items():
-                if any(n in text for n in needles):
-                    found.append(f"a secret value of length {len(value)} appears in the {place}")
-        return found
+        values = {**leakscan.MINTED.values(), "the test": self.secret_values}
+        return leakscan.Scanner(values).leaks(places)
 
 
 def _service_accounts(spec: Any) -> set[str]:

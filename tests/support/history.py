@@ -21,6 +21,7 @@ class Version:
     seen_at: float
     credential_hash: str
     expires_at: float | None
+    issued_at: float | None = None
 
 
 class SecretHistory(LatestStates):
@@ -44,12 +45,18 @@ class SecretHistory(LatestStates):
         annotations = objects.meta(obj).get("annotations") or {}
         digest = annotations.get(rapi.CREDENTIAL_HASH_ANNOTATION, "")
         expires = annotations.get(rapi.EXPIRATION_ANNOTATION)
+        issued = annotations.get(rapi.ISSUED_AT_ANNOTATION)
         policy = (objects.meta(obj).get("labels") or {}).get("rotator.dev/policy", "")
         with self._lock:
             versions = self.versions.setdefault(policy, [])
             if not versions or versions[-1].credential_hash != digest:
                 versions.append(
-                    Version(time.time(), digest, clocks.parse_rfc3339(expires) if expires else None)
+                    Version(
+                        time.time(),
+                        digest,
+                        clocks.parse_rfc3339(expires) if expires else None,
+                        clocks.parse_rfc3339(issued) if issued else None,
+                    )
                 )
 
     def of(self, policy: str) -> list[Version]:

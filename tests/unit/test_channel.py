@@ -19,7 +19,7 @@ def test_a_burst_for_one_key_travels_as_one() -> None:
 
 
 def test_full_channel_fails_the_sender_after_waiting_and_counts_it() -> None:
-    metrics = Metrics()
+    metrics = Metrics(prefix="rotator")
     ch: Channel[str] = Channel("c", capacity=2, send_timeout=0.05, metrics=metrics)
     ch.send("a")
     ch.send("b")

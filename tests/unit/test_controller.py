@@ -147,24 +147,83 @@ def test_error_with_requeue_after_uses_backoff_not_the_requeue(scheduler) -> Non
     c.stop(5)
 
 
-def test_stop_finishes_in_flight_reconciles(scheduler) -> None:
-    release = threading.Event()
-    finished = threading.Event()
+class WatchedCondition(threading.Condition):
+    """A Condition that says when a thread starts waiting on it, once ``armed``."""
 
-    def slow(n: int) -> Result:
-        release.wait(10)
+    def __init__(self) -> None:
+        super().__init__()
+        self.armed = False
+        self.waiting = threading.Event()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        if self.armed:
+            self.waiting.set()
+        return super().wait(timeout)
+
+
+def test_stop_waits_for_in_flight_reconciles(scheduler) -> None:
+    """Catches a ``stop()`` that does not wait (no drain of the queue, or a zero timeout).
+
+    No timing: the reconcile is held until ``stop()`` has either returned or started waiting on
+    the queue (the only waiter once the single worker is busy), so a ``stop()`` that does not
+    wait returns while the reconcile is still held, in every run.
+    """
+    started, release, finished = threading.Event(), threading.Event(), threading.Event()
+
+    def held(n: int) -> Result:
+        started.set()
+        release.wait(30)
         finished.set()
         return Result()
 
-    r = Scripted({"slow": slow})
-    c, _ = run(scheduler, r, "slow")
-    wait_for(lambda: r.count("slow") == 1, what="reconcile started")
-    stopper = threading.Thread(target=c.stop, args=(10,))
+    r = Scripted({"held": held})
+    c = Controller(
+        "test",
+        r,
+        timers=APSchedulerTimers(scheduler),
+        metrics=Metrics(),
+        options=ControllerOptions(workers=1),
+    )
+    watched = WatchedCondition()
+    c.queue._cond = watched  # before start: every user of the queue sees it
+    c.start()
+    c.queue.add(Request("ns", "held"))
+    assert started.wait(10), "reconcile started"
+    watched.armed = True  # the one worker is in the reconcile: only stop() can wait now
+    outcome: dict[str, bool] = {}
+
+    def stop() -> None:
+        outcome["drained"] = c.stop(30)
+        outcome["finished when stop returned"] = finished.is_set()
+
+    stopper = threading.Thread(target=stop)
     stopper.start()
-    assert stopper.is_alive()
+    wait_for(
+        lambda: watched.waiting.is_set() or not stopper.is_alive(),
+        what="stop() waiting on the queue, or returned",
+    )
     release.set()
-    stopper.join(10)
-    assert finished.is_set(), "the in-flight reconcile ran to its end"
+    stopper.join(30)
+    assert not stopper.is_alive()
+    assert outcome == {"drained": True, "finished when stop returned": True}
+
+
+def test_stop_reports_a_reconcile_it_had_to_abandon(scheduler) -> None:
+    """Catches a ``stop()`` that claims a clean stop while a reconcile still runs."""
+    started, release = threading.Event(), threading.Event()
+
+    def stuck(n: int) -> Result:
+        started.set()
+        release.wait(30)
+        return Result()
+
+    r = Scripted({"stuck": stuck})
+    c, _ = run(scheduler, r, "stuck")
+    assert started.wait(10), "reconcile started"
+    try:
+        assert c.stop(0.2) is False, "the in-flight reconcile was abandoned, and it says so"
+    finally:
+        release.set()
 
 
 def test_result_without_requeue_cancels_an_earlier_requeue(scheduler) -> None:

@@ -1,17 +1,23 @@
-"""The credential engine's pure parts: copying providers, file formats, retry schedule."""
+"""The credential engine's pure parts: copying providers, file formats, retry schedule, the
+bulkhead that caps calls in flight to a provider. The retry bounds are the documented ones
+(tests/support/backoff.py), not read from ``rotator.schedule``, so a drifted constant fails."""
 
 from __future__ import annotations
 
 import random
+import threading
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from rotator import errors, formats, schedule
+from rotator.bulkhead import Bulkhead
 from rotator.credentials import Credential
 from rotator.providers import apikey
 from rotator.providers.aws import file as aws_file
+from tests.support import backoff
+from tests.support.polling import wait_for
 
 SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
 
@@ -68,19 +74,77 @@ def test_malformed_aws_files_are_explained_without_their_content(text: str, mess
     assert SECRET not in str(raised.value)
 
 
-@given(attempts=st.integers(1, 40), left=st.one_of(st.none(), st.floats(0.5, 100_000)))
+@given(
+    attempts=st.integers(1, 40),
+    left=st.one_of(st.none(), st.floats(0.5, 100_000)),
+    seed=st.integers(0, 2**32),
+)
 def test_retry_delay_grows_is_capped_and_lands_before_expiry(
-    attempts: int, left: float | None
+    attempts: int, left: float | None, seed: int
 ) -> None:
+    """1 s doubling, at most 1 min, ±20 %; while a credential is valid, no more than half the
+    time it has left (and never under half a second: no hot loop at the very end).
+
+    Mutations caught: a constant 1 s delay, no cap, the half-the-remaining-validity bound
+    dropped, a zero delay."""
     now = 1_000_000.0
     expires = None if left is None else now + left
-    delay = schedule.retry_delay(attempts, now=now, expires_at=expires, rng=random.Random(attempts))
-    assert 0 < delay <= schedule.MAX_RETRY * 1.2
-    if left is not None:
-        bound = max(schedule.MIN_RETRY / 2, left / 2) + 1e-6  # float error of now + left - now
-        assert delay <= bound, "a retry lands before expiry"
+    delay = schedule.retry_delay(attempts, now=now, expires_at=expires, rng=random.Random(seed))
+    shortest, longest = backoff.shortest_gap(attempts), backoff.longest_gap(attempts)
+    assert delay <= longest + 1e-9
+    if left is None:
+        assert delay >= shortest - 1e-9
+    else:
+        half = max(backoff.FIRST / 2, left / 2)
+        assert delay <= half + 1e-6, "a retry lands before expiry"  # 1e-6: now + left - now
+        assert delay >= min(shortest, half) - 1e-6, "as late as the schedule and expiry allow"
 
 
 def test_retry_delay_after_expiry_stays_at_the_cap() -> None:
+    """Mutations caught: no cap."""
     d = schedule.retry_delay(40, now=100.0, expires_at=50.0, policy=schedule.RetryPolicy(jitter=0))
-    assert d == schedule.MAX_RETRY
+    assert d == backoff.CAP
+
+
+def test_a_bulkhead_lets_limit_calls_in_and_fails_the_rest_fast() -> None:
+    """Twelve callers at once on a bulkhead of 4: exactly four get in and hold their slots;
+    the other eight give up after the wait with ProviderUnavailable (retried with backoff)
+    instead of waiting on the provider; a freed slot is taken again.
+
+    Mutations caught: the limit raised (more than four inside at once), the bulkhead removed
+    (all twelve inside, none refused), slots never released (the last call is refused)."""
+    bulkhead = Bulkhead("provider", limit=4, wait=0.2)
+    release = threading.Event()
+    lock = threading.Lock()
+    inside, most, refused = 0, 0, []
+
+    def call() -> None:
+        nonlocal inside, most
+        try:
+            with bulkhead.slot():
+                with lock:
+                    inside += 1
+                    most = max(most, inside)
+                release.wait(30)
+                with lock:
+                    inside -= 1
+        except errors.ProviderUnavailable as exc:
+            with lock:
+                refused.append(str(exc))
+
+    threads = [threading.Thread(target=call) for _ in range(12)]
+    for t in threads:
+        t.start()
+    try:
+        wait_for(lambda: len(refused) == 8, timeout=10, what="eight callers refused")
+        assert bulkhead.in_flight == 4
+        with lock:
+            assert (inside, most) == (4, 4), "four in flight, never more"
+    finally:
+        release.set()
+        for t in threads:
+            t.join()
+    assert refused[0] == "4 calls to provider already in flight; it is slow or unreachable"
+    assert bulkhead.in_flight == 0
+    with bulkhead.slot():  # the slots came back
+        pass

@@ -5,6 +5,9 @@ certificate comes from a throwaway CA whose file the controller is told to trust
 * ``POST /{tenant}/oauth2/v2.0/token`` — ``client_credentials`` with a ``client_secret``, or with a
   ``client_assertion`` (JWT bearer) whose signature, issuer, subject and audience match a
   federated credential of the application. Wrong secrets get AADSTS7000215, like the real one.
+
+Its :attr:`issued` holds the tokens it minted, the client assertions presented to it and (see
+:meth:`issued_values`) the applications' client secrets, for leak scans.
 """
 
 from __future__ import annotations
@@ -55,8 +58,8 @@ class AzureStandIn(Stub):
         self.lifetime = lifetime
         self.trust = Trust()
         self.apps: dict[str, App] = {}
-        self.issued: set[str] = set()
-        self._issued_lock = threading.Lock()
+        self.tokens: set[str] = set()  # the access tokens it minted
+        self._tokens_lock = threading.Lock()
 
     @property
     def authority_host(self) -> str:
@@ -89,8 +92,12 @@ class AzureStandIn(Stub):
             self._json(handler, 404, {"error": "not_found"})
 
     def was_issued(self, token: str) -> bool:
-        with self._issued_lock:
-            return token in self.issued
+        with self._tokens_lock:
+            return token in self.tokens
+
+    def issued_values(self) -> frozenset[str]:
+        """Besides what it minted, the client secrets registered (tests set :attr:`apps`)."""
+        return super().issued_values() | {a.secret for a in list(self.apps.values()) if a.secret}
 
     def _token(self, tenant: str, form: dict[str, str], handler: BaseHTTPRequestHandler) -> None:
         app = self.apps.get(form.get("client_id", ""))
@@ -110,6 +117,7 @@ class AzureStandIn(Stub):
                     "Invalid client secret provided.",
                 )
         elif form.get("client_assertion_type") == ASSERTION_TYPE:
+            self.remember(form.get("client_assertion", ""))
             claims, _ = self.trust.verify(
                 form.get("client_assertion", ""), audiences={app.audience}
             )
@@ -131,8 +139,9 @@ class AzureStandIn(Stub):
             )
         self.counted("token")
         token = "eyJ0eXAiOiJKV1Qi." + secrets.token_urlsafe(32)
-        with self._issued_lock:
-            self.issued.add(token)
+        with self._tokens_lock:
+            self.tokens.add(token)
+        self.remember(token)
         self._json(
             handler,
             200,

@@ -8,6 +8,9 @@ protocols (there is no emulator):
   a bearer token STS issued, an ``expireTime`` without fractional seconds;
 * OAuth ``POST /token`` — the JWT-bearer grant of a service-account key, the assertion verified
   with the key's public half, ``aud`` the token URI.
+
+Its :attr:`issued` holds the tokens it minted, the subject tokens and assertions presented to it
+and the private keys it made (each full line of the PEM body), for leak scans.
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ class GCPStandIn(Stub):
         self.providers: dict[str, set[str]] = {}  # provider audience → accepted subject audiences
         self.service_accounts: set[str] = set()  # impersonable emails
         self.keys: dict[str, Any] = {}  # client_email → public key
-        self.issued: dict[str, str] = {}  # token → kind
+        self.kinds: dict[str, str] = {}  # token → kind
         self._issued_lock = threading.Lock()
 
     @property
@@ -62,6 +65,7 @@ class GCPStandIn(Stub):
         key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
         self.keys[email] = key.public_key()
         pem = key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption()).decode()
+        self.remember(*(line for line in pem.splitlines() if len(line) == 64))
         return {
             "type": "service_account",
             "project_id": project,
@@ -74,7 +78,7 @@ class GCPStandIn(Stub):
 
     def was_issued(self, token: str) -> str | None:
         with self._issued_lock:
-            return self.issued.get(token)
+            return self.kinds.get(token)
 
     def handle(self, handler: BaseHTTPRequestHandler, method: str, body: bytes) -> None:
         path = handler.path.split("?")[0]
@@ -98,6 +102,7 @@ class GCPStandIn(Stub):
         accepted = self.providers.get(form.get("audience", ""))
         if accepted is None:
             return self._error(handler, 400, "invalid_target", "exchange")
+        self.remember(form.get("subject_token", ""))
         claims, why = self.trust.verify(form.get("subject_token", ""), audiences=accepted)
         if claims is None:
             return self._error(handler, 400, "invalid_grant", "exchange", why)
@@ -134,6 +139,7 @@ class GCPStandIn(Stub):
         if form.get("grant_type") != JWT_BEARER:
             return self._error(handler, 400, "unsupported_grant_type", "oauth")
         assertion = form.get("assertion", "")
+        self.remember(assertion)
         try:
             email = jwt.decode(assertion, options={"verify_signature": False}).get("iss", "")
         except jwt.PyJWTError:
@@ -167,7 +173,8 @@ class GCPStandIn(Stub):
     def _issue(self, kind: str) -> str:
         token = f"ya29.{kind}-{secrets.token_urlsafe(24)}"
         with self._issued_lock:
-            self.issued[token] = kind
+            self.kinds[token] = kind
+        self.remember(token)
         return token
 
     def _error(

@@ -18,6 +18,10 @@ class Stub:
         self.mode = "ok"
         self.hang_seconds = 60.0
         self.counts: Counter[str] = Counter()
+        self.issued: set[str] = set()
+        """Every secret value this stand-in minted or was given (tokens, secret keys, client
+        secrets, keys): none may ever show in the controller's logs, Events, statuses or metrics
+        (the e2e leak scan checks). Read it through :meth:`issued_values`."""
         self._lock = threading.Lock()
         self._released = threading.Event()
         stub = self
@@ -39,6 +43,10 @@ class Stub:
             self._server.socket = tls.wrap_socket(self._server.socket, server_side=True)
             self._scheme = "https"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def scheme(self) -> str:
+        return self._scheme
 
     @property
     def url(self) -> str:
@@ -83,6 +91,16 @@ class Stub:
     def counted(self, what: str) -> None:
         with self._lock:
             self.counts[what] += 1
+
+    def remember(self, *values: str) -> None:
+        """Records secret values for :attr:`issued` (empty ones are no secret)."""
+        with self._lock:
+            self.issued.update(v for v in values if v)
+
+    def issued_values(self) -> frozenset[str]:
+        """A snapshot of :attr:`issued`, safe while requests are being served."""
+        with self._lock:
+            return frozenset(self.issued)
 
     # --- for subclasses ----------------------------------------------------------------------
 

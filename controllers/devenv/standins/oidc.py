@@ -1,6 +1,7 @@
 """A local OIDC issuer that really signs JWTs: discovery, JWKS, and a token endpoint for the
 client-credentials grant that checks the client's id and secret. Tokens are RS256, with
-``iss``, ``sub`` (the client id), ``aud``, ``iat``, ``exp``."""
+``iss``, ``sub`` (the client id), ``aud``, ``iat``, ``exp``. Its :attr:`issued` holds the client
+secrets registered and the tokens minted, for leak scans."""
 
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ class OIDCIssuer(Stub):
 
     def register(self, client_id: str, secret: str) -> None:
         self.clients[client_id] = secret
+        self.remember(secret)
 
     def jwks(self) -> dict[str, Any]:
         public = json.loads(RSAAlgorithm.to_jwk(self.key.public_key()))
@@ -80,5 +82,6 @@ class OIDCIssuer(Stub):
             "scope": form.get("scope", ""),
         }
         token = jwt.encode(claims, self.key, algorithm="RS256", headers={"kid": self.kid})
+        self.remember(token)
         answer = {"access_token": token, "token_type": "Bearer", "expires_in": self.token_lifetime}
         self.reply(handler, 200, json.dumps(answer).encode(), "application/json")

@@ -5,7 +5,14 @@
   like STS (``InvalidIdentityToken``, ``AccessDenied``) otherwise;
 * shortens the session it returns to ``lifetime`` seconds (STS refuses durations under 900 s,
   and boto3 checks that client-side, so short-lived test sessions come from here);
-* counts and timestamps calls, and can be switched to fail (503) or hang.
+* checks the SigV4 signature of every other call (``GetCallerIdentity``: "this credential
+  works") against what it and the IAM proxy issued, kept in a shared
+  :class:`~controllers.devenv.standins.aws.Keyring` — moto itself checks no signature — and
+  refuses keys nobody here issued, a wrong secret key or session token, an expired session;
+* keeps in :attr:`issued` every secret it handed out or was given (session secret keys and
+  tokens, web identity tokens), for leak scans;
+* counts and timestamps calls, gauges the calls in flight (and their peak: the bulkhead
+  test), and can be switched to fail (503) or hang.
 """
 
 from __future__ import annotations
@@ -13,8 +20,6 @@ from __future__ import annotations
 import re
 import threading
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler
@@ -23,6 +28,8 @@ from urllib.parse import parse_qs
 
 import jwt
 
+from controllers.devenv.standins import aws
+from controllers.devenv.standins.aws import aws_error
 from controllers.devenv.standins.httpstub import Stub
 
 ASSUME = "AssumeRoleWithWebIdentity"
@@ -35,23 +42,21 @@ class Call:
     session: str
 
 
-def aws_error(code: str, message: str, kind: str = "Sender") -> bytes:
-    return (
-        '<ErrorResponse xmlns="https://sts.amazonaws.com/doc/2011-06-15/">'
-        f"<Error><Type>{kind}</Type><Code>{code}</Code><Message>{message}</Message></Error>"
-        "<RequestId>00000000-0000-0000-0000-000000000000</RequestId></ErrorResponse>"
-    ).encode()
-
-
 class STSProxy(Stub):
-    def __init__(self, upstream: str, *, lifetime: int = 60) -> None:
+    def __init__(
+        self, upstream: str, *, lifetime: int = 60, keyring: aws.Keyring | None = None
+    ) -> None:
         super().__init__()
         self.upstream = upstream
         self.lifetime = lifetime
+        self.keyring = keyring or aws.Keyring()
         self.trusted: dict[str, tuple[dict[str, Any], str]] = {}  # issuer → (JWKS, audience)
         self.roles: set[str] = set()
         self.calls: list[Call] = []
         self._calls_lock = threading.Lock()
+        self._in_flight = 0
+        self._peak_in_flight = 0
+        self._unanswered = threading.local()  # this handler thread's request is still counted
 
     def trust(self, issuer: str, jwks: dict[str, Any], audience: str) -> None:
         self.trusted[issuer] = (jwks, audience)
@@ -63,6 +68,54 @@ class STSProxy(Stub):
                 for c in self.calls
                 if c.action == action and (session is None or c.session == session)
             ]
+
+    @property
+    def in_flight(self) -> int:
+        """Requests received and not yet answered."""
+        with self._calls_lock:
+            return self._in_flight
+
+    @property
+    def peak_in_flight(self) -> int:
+        """The most requests in flight at once since :meth:`reset_peak`."""
+        with self._calls_lock:
+            return self._peak_in_flight
+
+    def reset_peak(self) -> None:
+        with self._calls_lock:
+            self._peak_in_flight = self._in_flight
+
+    def _dispatch(self, handler: BaseHTTPRequestHandler, method: str) -> None:
+        """Counts the request in flight from its arrival until its answer starts. Both ends are
+        inside the client's call (it sends after taking its bulkhead slot and frees the slot
+        only after reading the answer), so the count never exceeds the client's own: a peak
+        above a client's limit is a real breach, not a race of the gauge."""
+        with self._calls_lock:
+            self._in_flight += 1
+            self._peak_in_flight = max(self._peak_in_flight, self._in_flight)
+        with self._lock:
+            self._unanswered.held = self.mode == "hang"
+        self._unanswered.pending = True
+        try:
+            super()._dispatch(handler, method)
+        finally:
+            self._answering()
+
+    def _answering(self) -> None:
+        """Uncounts this thread's request; ``count("answered_held")`` counts the answers to
+        requests that arrived while hanging."""
+        if getattr(self._unanswered, "pending", False):
+            self._unanswered.pending = False
+            with self._calls_lock:
+                self._in_flight -= 1
+            if self._unanswered.held:
+                self.counted("answered_held")
+
+    def reply(  # type: ignore[override]  # an instance method: uncounts, then answers
+        self, handler: BaseHTTPRequestHandler, status: int, body: bytes, content_type: str
+    ) -> None:
+        self._answering()
+        Stub.reply(handler, status, body, content_type)
 
     def failure_body(self) -> bytes:
         return aws_error("ServiceUnavailable", "Service is unavailable", "Receiver")
@@ -77,6 +130,7 @@ class STSProxy(Stub):
         with self._calls_lock:
             self.calls.append(Call(action, time.time(), form.get("RoleSessionName", "")))
         if action == ASSUME:
+            self.remember(form.get("WebIdentityToken", ""))
             problem = self._check_web_identity(form)
             if problem is not None:
                 code, message = problem
@@ -87,17 +141,34 @@ class STSProxy(Stub):
                     "text/xml",
                 )
                 return
-        status, answer, content_type = self._forward(handler, body)
-        if action == ASSUME and status == 200:
-            expiry = datetime.fromtimestamp(time.time() + self.lifetime, tz=UTC).strftime(
-                "%Y-%m-%dT%H:%M:%SZ"
+        else:
+            refusal = aws.verify_received(
+                self.keyring, handler, body, scheme=self.scheme, now=time.time()
             )
+            if refusal is not None:
+                self.counted(f"refused_{refusal.code}")
+                self.reply(handler, refusal.status, refusal.body(), "text/xml")
+                return
+        status, answer, content_type = aws.forward(self.upstream, handler, body)
+        if action == ASSUME and status == 200:
+            expires_at = float(int(time.time() + self.lifetime))  # whole seconds, as shown
+            expiry = datetime.fromtimestamp(expires_at, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
             answer = re.sub(
                 rb"<Expiration>[^<]*</Expiration>",
                 f"<Expiration>{expiry}</Expiration>".encode(),
                 answer,
             )
+            self._record(answer, expires_at)
         self.reply(handler, status, answer, content_type)
+
+    def _record(self, answer: bytes, expires_at: float) -> None:
+        """Keeps the session's secret key and token, to check the signatures made with them and
+        for :attr:`issued`."""
+        issued = aws.issued_in(answer)
+        if issued is not None:
+            key_id, secret, token = issued
+            self.keyring.add(key_id, aws.Issued(secret, token, expires_at))
+            self.remember(secret, token or "")
 
     def _check_web_identity(self, form: dict[str, str]) -> tuple[str, str] | None:
         token = form.get("WebIdentityToken", "")
@@ -125,29 +196,3 @@ class STSProxy(Stub):
         if form.get("RoleArn") not in self.roles:
             return "AccessDenied", "Not authorized to perform sts:AssumeRoleWithWebIdentity"
         return None
-
-    def _forward(self, handler: BaseHTTPRequestHandler, body: bytes) -> tuple[int, bytes, str]:
-        headers = {
-            k: v
-            for k, v in handler.headers.items()
-            if k.lower()
-            in (
-                "content-type",
-                "authorization",
-                "x-amz-date",
-                "x-amz-security-token",
-                "x-amz-content-sha256",
-            )
-        }
-        request = urllib.request.Request(  # noqa: S310 - the upstream is moto on loopback
-            self.upstream + "/", data=body, headers=headers, method="POST"
-        )
-        try:
-            with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310 - loopback
-                return (
-                    response.status,
-                    response.read(),
-                    response.headers.get("Content-Type", "text/xml"),
-                )
-        except urllib.error.HTTPError as exc:
-            return exc.code, exc.read(), exc.headers.get("Content-Type", "text/xml")
