@@ -8,11 +8,11 @@ STAMP := $(VENV)/.installed-stamp
 .PHONY: test lint unit e2e testenv dev venv format clean bench image e2e-kind docs
 
 # The virtualenv is created on first use and refreshed whenever pyproject.toml changes.
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml devkit/pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11+ is needed")'
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet -e '.[test]' -e ./devkit
 	@touch $@
 
 venv: $(STAMP)

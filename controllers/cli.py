@@ -30,7 +30,6 @@ import structlog
 
 import rotator
 from controllers import logs
-from controllers.controlplane import assets as cp_assets
 from controllers.reconcilers import api, setup
 from controllers.runtime import client as clients
 from controllers.runtime import leaderelection, manager, restconfig, tlsserving
@@ -187,8 +186,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     dev.add_argument(
         "--config",
-        default=str(Path(__file__).resolve().parents[1] / "config"),
-        help="the project's config/ folder (CRDs and samples)",
+        help="the project's config/ folder (CRDs and samples; default: the checkout's)",
     )
     dev.add_argument(
         "--assets",
@@ -318,19 +316,24 @@ def _run(
 
 
 def _dev(args: argparse.Namespace) -> int:
+    # The dev kit (control-plane launcher, stand-ins, manifest tools) is a distribution of its
+    # own, in the repository's devkit/ folder: never in the product's wheel or image.
     try:
-        folder = cp_assets.find(args.assets)
-        from controllers.devenv import environment, table  # noqa: PLC0415 - needs the dev extra
-    except cp_assets.AssetsNotFound as exc:
-        print(f"rotator: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        from rotator_devkit.controlplane import assets as cp_assets  # noqa: PLC0415
+        from rotator_devkit.devenv import environment, manifests, table  # noqa: PLC0415
     except ImportError as exc:
         print(
-            f"rotator: rotator dev needs the dev extra (pip install 'rotator[dev]'): {exc}",
+            "rotator: rotator dev needs the dev kit, which ships in the repository: "
+            f"pip install -e ./devkit (make dev does) ({exc})",
             file=sys.stderr,
         )
         return EXIT_USAGE
-    config = Path(args.config)
+    try:
+        folder = cp_assets.find(args.assets)
+    except cp_assets.AssetsNotFound as exc:
+        print(f"rotator: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    config = Path(args.config) if args.config else manifests.CONFIG
     if not (config / "crd" / "bases").is_dir() or not (config / "samples").is_dir():
         print(
             f"rotator: no CRDs and samples under {config}: run rotator dev from a checkout of "

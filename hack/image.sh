@@ -49,5 +49,20 @@ uid=$(b run --isolation chroot "$ctr" -- id -u)
 echo "image: $tag runs '$version' as uid $uid" >&2
 [[ $version == rotator\ * ]] || { echo "image: unexpected version output: $version" >&2; exit 1; }
 [[ $uid == 65532 ]] || { echo "image: runs as uid $uid, not 65532" >&2; exit 1; }
+# The product only: its Python packages, and no dev kit (stand-ins, launcher, manifest tools).
+packages=$(b run --isolation chroot "$ctr" -- python -c '
+import pkgutil, sys
+site = [p for p in sys.path if p.endswith("site-packages")]
+print(" ".join(sorted(m.name for m in pkgutil.iter_modules(site))))')
+echo "image: top-level Python packages: $packages" >&2
+for forbidden in rotator_devkit moto jwt; do
+  [[ " $packages " != *" $forbidden "* ]] || { echo "image: holds $forbidden (dev kit)" >&2; exit 1; }
+done
+[[ " $packages " == *" controllers "* && " $packages " == *" rotator "* ]] ||
+  { echo "image: the product's packages are missing" >&2; exit 1; }
+b run --isolation chroot "$ctr" -- python -c '
+import importlib.util, sys
+dev = [m for m in ("controllers.devenv", "controllers.controlplane") if importlib.util.find_spec(m)]
+sys.exit(f"image: dev-kit modules in the product: {dev}" if dev else 0)'
 b rmi --prune >/dev/null 2>&1 || true  # earlier builds' layers: vfs keeps full copies
 echo "$tag"

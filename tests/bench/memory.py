@@ -20,10 +20,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from controllers import logs
-from controllers.controlplane import assets
-from controllers.controlplane.cluster import LocalControlPlane
 from controllers.runtime import client as clients
 from controllers.runtime import objects, restconfig
+from rotator_devkit.controlplane import assets
+from rotator_devkit.controlplane.cluster import LocalControlPlane
 from tests.support.chain import Chain
 from tests.support.controller import (
     ControllerProcess,

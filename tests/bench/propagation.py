@@ -20,13 +20,13 @@ import time
 from pathlib import Path
 
 from controllers import logs
-from controllers.controlplane import assets
-from controllers.controlplane.cluster import ControlPlaneOptions, LocalControlPlane
 from controllers.reconcilers import api as rapi
 from controllers.runtime import client as clients
 from controllers.runtime import objects, restconfig
 from controllers.runtime.informer import Informer
 from controllers.runtime.objects import Body
+from rotator_devkit.controlplane import assets
+from rotator_devkit.controlplane.cluster import ControlPlaneOptions, LocalControlPlane
 from tests.support import audit
 from tests.support.chain import Chain
 from tests.support.controller import (

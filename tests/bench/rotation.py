@@ -18,15 +18,15 @@ from pathlib import Path
 from moto.server import ThreadedMotoServer
 
 from controllers import logs
-from controllers.controlplane import assets
-from controllers.controlplane.cluster import SERVICE_ACCOUNT_ISSUER, LocalControlPlane
-from controllers.devenv.standins.sts import ASSUME, STSProxy
 from controllers.reconcilers import api as rapi
 from controllers.runtime import client as clients
 from controllers.runtime import clock as clocks
 from controllers.runtime import objects, restconfig
 from controllers.runtime.informer import Informer
 from controllers.runtime.objects import Body
+from rotator_devkit.controlplane import assets
+from rotator_devkit.controlplane.cluster import SERVICE_ACCOUNT_ISSUER, LocalControlPlane
+from rotator_devkit.devenv.standins.sts import ASSUME, STSProxy
 from tests.support.chain import AWSChain
 from tests.support.controller import (
     ControllerProcess,

@@ -14,19 +14,19 @@ from typing import Any
 import pytest
 from moto.server import ThreadedMotoServer
 
-from controllers.controlplane import assets
-from controllers.controlplane.cluster import (
+from controllers.runtime import client as clients
+from controllers.runtime import errors, objects, restconfig
+from rotator_devkit.controlplane import assets
+from rotator_devkit.controlplane.cluster import (
     SERVICE_ACCOUNT_ISSUER,
     ControlPlaneOptions,
     LocalControlPlane,
 )
-from controllers.devenv.standins.azure import AzureStandIn, tls_context
-from controllers.devenv.standins.gcp import GCPStandIn
-from controllers.devenv.standins.iam import IAMProxy
-from controllers.devenv.standins.oidc import OIDCIssuer
-from controllers.devenv.standins.sts import STSProxy
-from controllers.runtime import client as clients
-from controllers.runtime import errors, objects, restconfig
+from rotator_devkit.devenv.standins.azure import AzureStandIn, tls_context
+from rotator_devkit.devenv.standins.gcp import GCPStandIn
+from rotator_devkit.devenv.standins.iam import IAMProxy
+from rotator_devkit.devenv.standins.oidc import OIDCIssuer
+from rotator_devkit.devenv.standins.sts import STSProxy
 from tests.support import audit, leaks
 from tests.support.chain import AWSChain, Chain
 from tests.support.controller import (

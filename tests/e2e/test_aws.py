@@ -12,11 +12,11 @@ from typing import Any
 import boto3
 import botocore.config
 
-from controllers.devenv.standins.oidc import OIDCIssuer
-from controllers.devenv.standins.sts import ASSUME, STSProxy
 from controllers.reconcilers import api as rapi
 from controllers.runtime import clock as clocks
 from rotator import schedule
+from rotator_devkit.devenv.standins.oidc import OIDCIssuer
+from rotator_devkit.devenv.standins.sts import ASSUME, STSProxy
 from tests.e2e.conftest import ROLE_ARN
 from tests.support import backoff
 from tests.support.chain import AWSChain

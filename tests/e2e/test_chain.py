@@ -6,8 +6,8 @@ from __future__ import annotations
 import base64
 import functools
 
-from controllers.devenv import manifests
 from controllers.reconcilers import api as rapi
+from rotator_devkit.devenv import manifests
 from tests.support.chain import Chain
 from tests.support.polling import wait_for
 

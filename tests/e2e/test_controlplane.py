@@ -15,9 +15,9 @@ import pytest
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
-from controllers.controlplane import cluster
-from controllers.controlplane.cluster import LocalControlPlane
 from controllers.runtime import errors, objects
+from rotator_devkit.controlplane import cluster
+from rotator_devkit.controlplane.cluster import LocalControlPlane
 from tests.support.kube import token_client
 from tests.support.polling import wait_for
 
@@ -189,7 +189,7 @@ def test_killed_owner_leaves_no_orphans_and_its_folder_is_swept(control_plane) -
     script = (
         "import sys, json, threading\n"
         "from pathlib import Path\n"
-        "from controllers.controlplane.cluster import LocalControlPlane\n"
+        "from rotator_devkit.controlplane.cluster import LocalControlPlane\n"
         "cp = LocalControlPlane(Path(sys.argv[1])).start()\n"
         "pids = [c.pid for c in cp._children.values()]\n"
         "print(json.dumps({'pids': pids, 'dir': str(cp.dir)}), flush=True)\n"

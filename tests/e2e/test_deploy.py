@@ -7,10 +7,10 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from controllers.controlplane.cluster import LocalControlPlane
-from controllers.devenv import manifests
 from controllers.runtime import client as clients
 from controllers.runtime import objects
+from rotator_devkit.controlplane.cluster import LocalControlPlane
+from rotator_devkit.devenv import manifests
 from tests.support.chain import AWSChain
 from tests.support.controller import SERVICE_ACCOUNT, ControllerProcess
 from tests.support.existing import ExistingCluster

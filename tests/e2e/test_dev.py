@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from controllers.devenv import manifests
 from controllers.reconcilers import api as rapi
 from controllers.reconcilers import conditions
 from controllers.runtime import client as clients
 from controllers.runtime import restconfig
+from rotator_devkit.devenv import manifests
 from tests.support.polling import wait_for
 from tests.support.proc import Proc
 

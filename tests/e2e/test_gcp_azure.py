@@ -8,12 +8,12 @@ import json
 import time
 from typing import Any
 
-from controllers.controlplane.cluster import SERVICE_ACCOUNT_ISSUER
-from controllers.devenv.standins.azure import App, AzureStandIn
-from controllers.devenv.standins.gcp import GCPStandIn
-from controllers.devenv.standins.oidc import OIDCIssuer
 from controllers.reconcilers import api as rapi
 from rotator.providers.gcp import federation
+from rotator_devkit.controlplane.cluster import SERVICE_ACCOUNT_ISSUER
+from rotator_devkit.devenv.standins.azure import App, AzureStandIn
+from rotator_devkit.devenv.standins.gcp import GCPStandIn
+from rotator_devkit.devenv.standins.oidc import OIDCIssuer
 from tests.support import backoff
 from tests.support.chain import AWSChain
 from tests.support.controller import ControllerProcess

@@ -19,8 +19,6 @@ from http.server import BaseHTTPRequestHandler
 
 import pytest
 
-from controllers.devenv.standins.oidc import OIDCIssuer
-from controllers.devenv.standins.sts import ASSUME, STSProxy
 from controllers.reconcilers import api as rapi
 from controllers.runtime import client as clients
 from controllers.runtime import clock as clocks
@@ -28,6 +26,8 @@ from controllers.runtime import objects
 from controllers.runtime.informer import Informer
 from controllers.runtime.objects import Body
 from rotator import oidc
+from rotator_devkit.devenv.standins.oidc import OIDCIssuer
+from rotator_devkit.devenv.standins.sts import ASSUME, STSProxy
 from tests.e2e.test_aws import CLIENT_SECRET, oidc_source
 from tests.support.chain import AWSChain
 from tests.support.controller import ControllerProcess

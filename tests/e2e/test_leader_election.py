@@ -6,8 +6,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from controllers.controlplane.cluster import free_port
 from controllers.runtime import objects
+from rotator_devkit.controlplane.cluster import free_port
 from tests.support.polling import wait_for
 from tests.support.proc import Proc
 from tests.support.toy_manager import STAMP

@@ -27,11 +27,11 @@ from typing import Any
 
 import pytest
 
-from controllers.controlplane.cluster import LocalControlPlane
-from controllers.devenv import manifests
-from controllers.devenv.standins.sts import STSProxy
 from controllers.reconcilers import api as rapi
 from controllers.runtime import client as clients
+from rotator_devkit.controlplane.cluster import LocalControlPlane
+from rotator_devkit.devenv import manifests
+from rotator_devkit.devenv.standins.sts import STSProxy
 from tests.e2e.conftest import ROLE_ARN
 from tests.support.apiproxy import APIProxy, lease_renewals
 from tests.support.chain import AWSChain

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from controllers.controlplane.cluster import free_port
 from controllers.runtime import client as clients
 from controllers.runtime import errors, manager, objects, restconfig, sources
 from controllers.runtime.metrics import Metrics
 from controllers.runtime.reconcile import Request, Result
+from rotator_devkit.controlplane.cluster import free_port
 from tests.support.polling import wait_for
 from tests.support.proc import Proc
 

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from controllers.controlplane.cluster import LocalControlPlane
-from controllers.devenv import manifests
 from controllers.runtime import client as clients
 from controllers.runtime import errors, metricsauth, objects
+from rotator_devkit.controlplane.cluster import LocalControlPlane
+from rotator_devkit.devenv import manifests
 from tests.support.controller import ControllerProcess, service_account_kubeconfig
 from tests.support.polling import wait_for
 

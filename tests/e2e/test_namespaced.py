@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
-from controllers.controlplane import assets
-from controllers.controlplane.cluster import ControlPlaneOptions, LocalControlPlane
-from controllers.devenv import manifests
 from controllers.reconcilers import api as rapi
 from controllers.runtime import client as clients
 from controllers.runtime import objects, restconfig
 from controllers.runtime.informer import Informer
+from rotator_devkit.controlplane import assets
+from rotator_devkit.controlplane.cluster import ControlPlaneOptions, LocalControlPlane
+from rotator_devkit.devenv import manifests
 from tests.support.audit import AuditLog, Request
 from tests.support.chain import Chain
 from tests.support.controller import (

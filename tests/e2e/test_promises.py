@@ -21,10 +21,10 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from controllers.devenv.standins.sts import ASSUME, STSProxy
 from controllers.reconcilers import api as rapi
 from controllers.runtime import objects
 from rotator import formats
+from rotator_devkit.devenv.standins.sts import ASSUME, STSProxy
 from tests.e2e.conftest import ROLE_ARN
 from tests.support.chain import AWSChain
 from tests.support.polling import wait_for

@@ -15,11 +15,11 @@ import itertools
 from pathlib import Path
 from typing import Any
 
-from controllers.devenv.standins.oidc import OIDCIssuer
-from controllers.devenv.standins.sts import ASSUME, STSProxy
 from controllers.reconcilers import api as rapi
 from controllers.runtime import delaying
 from rotator import schedule
+from rotator_devkit.devenv.standins.oidc import OIDCIssuer
+from rotator_devkit.devenv.standins.sts import ASSUME, STSProxy
 from tests.e2e.conftest import ROLE_ARN
 from tests.support.chain import AWSChain
 from tests.support.controller import ControllerProcess

@@ -13,13 +13,13 @@ from typing import Any
 
 import boto3
 
-from controllers.devenv.standins.oidc import OIDCIssuer
-from controllers.devenv.standins.sts import STSProxy
 from controllers.reconcilers import api as rapi
 from controllers.reconcilers import routeconfig
 from controllers.runtime import objects
 from rotator.credentials import content_hash
 from rotator.providers.aws import iam as iam_keys
+from rotator_devkit.devenv.standins.oidc import OIDCIssuer
+from rotator_devkit.devenv.standins.sts import STSProxy
 from tests.e2e.test_aws import CLIENT_SECRET, oidc_source
 from tests.support.chain import AWSChain
 from tests.support.controller import ControllerProcess

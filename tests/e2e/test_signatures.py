@@ -1,7 +1,7 @@
 """The AWS stand-ins check signatures, so that "the served credential works" means it: moto's
 GetCallerIdentity looks up the access key id alone, and would answer for a wrong secret key or
 session token; the STS proxy recomputes the SigV4 signature with the secret it issued and
-compares the session token (controllers/devenv/standins/aws.py).
+compares the session token (devkit/rotator_devkit/devenv/standins/aws.py).
 
 Each test starts from the positive control (the right keys pass) and shows moto alone accepting
 the wrong ones, so that the refusals are the proxy's doing.
@@ -21,9 +21,9 @@ import botocore.config
 import pytest
 from botocore.exceptions import ClientError
 
-from controllers.devenv.standins.iam import IAMProxy
-from controllers.devenv.standins.sts import STSProxy
 from rotator import formats
+from rotator_devkit.devenv.standins.iam import IAMProxy
+from rotator_devkit.devenv.standins.sts import STSProxy
 from tests.e2e.test_aws import sa_source
 from tests.support.chain import AWSChain
 

@@ -20,10 +20,10 @@ from typing import Any
 
 import pytest
 
-from controllers.controlplane.cluster import LocalControlPlane, write_kubeconfig
 from controllers.reconcilers import api as rapi
 from controllers.runtime import client as clients
 from controllers.runtime import errors, objects, restconfig
+from rotator_devkit.controlplane.cluster import LocalControlPlane, write_kubeconfig
 from tests.e2e.conftest import ROLE_ARN
 from tests.support import audit
 from tests.support.chain import KINDS, Chain

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from controllers.controlplane import pki
+from rotator_devkit.controlplane import pki
 
 Matcher = Callable[[str, str], bool]
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from controllers.controlplane.cluster import LocalControlPlane, free_port, write_kubeconfig
-from controllers.devenv import manifests
 from controllers.runtime import client as clients
 from controllers.runtime import objects
+from rotator_devkit.controlplane.cluster import LocalControlPlane, free_port, write_kubeconfig
+from rotator_devkit.devenv import manifests
 from tests.support.polling import wait_for
 from tests.support.proc import Proc
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from kubernetes import client as k8s_client
 
-from controllers.controlplane.cluster import LocalControlPlane
 from controllers.runtime import client as clients
+from rotator_devkit.controlplane.cluster import LocalControlPlane
 
 
 def token_client(control_plane: LocalControlPlane, token: str) -> clients.Client:

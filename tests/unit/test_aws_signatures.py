@@ -1,4 +1,4 @@
-"""The AWS stand-ins' SigV4 check (controllers/devenv/standins/aws.py), on requests botocore
+"""The AWS stand-ins' SigV4 check (devkit/rotator_devkit/devenv/standins/aws.py), on requests botocore
 signs: what AWS accepts passes, and each way of getting a credential wrong is refused with the
 code AWS gives. The e2e counterpart, through the STS proxy, is tests/e2e/test_signatures.py."""
 
@@ -12,7 +12,7 @@ from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
-from controllers.devenv.standins import aws
+from rotator_devkit.devenv.standins import aws
 
 NOW = datetime(2026, 5, 1, 12, 0, 0, tzinfo=UTC).timestamp()
 URL = "http://127.0.0.1:4566/"

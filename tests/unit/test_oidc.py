@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from controllers.devenv.standins.azure import tls_context
 from rotator import errors, oidc
 from rotator.bulkhead import Bulkheads
+from rotator_devkit.devenv.standins.azure import tls_context
 from tests.support.polling import wait_for
 
 SECRET = "client-secret-never-shown-7f3a"

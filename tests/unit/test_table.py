@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from controllers.devenv import table
 from controllers.runtime import clock as clocks
+from rotator_devkit.devenv import table
 
 NOW = clocks.parse_rfc3339("2026-11-29T12:00:00Z")
 

@@ -26,8 +26,8 @@ from typing import Any
 
 import yaml
 
-from controllers.controlplane import pki
-from controllers.controlplane.processes import Child
+from rotator_devkit.controlplane import pki
+from rotator_devkit.controlplane.processes import Child
 
 _PREFIX = "rotator-controlplane-"
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"

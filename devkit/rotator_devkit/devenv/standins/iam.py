@@ -1,7 +1,7 @@
 """A proxy in front of moto's IAM that records the access keys it hands out.
 
 The controller's IAM endpoint, so that every key ``CreateAccessKey`` returns (secret key
-included) goes into the :class:`~controllers.devenv.standins.aws.Keyring` it shares with the STS
+included) goes into the :class:`~rotator_devkit.devenv.standins.aws.Keyring` it shares with the STS
 proxy — which then checks ``GetCallerIdentity`` signatures made with those keys — and into
 :attr:`issued`, for leak scans. ``DeleteAccessKey`` revokes a key, as in AWS. Requests signed
 with a key it issued are verified; the management identities tests make up (moto accepts any
@@ -14,8 +14,8 @@ import time
 from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs
 
-from controllers.devenv.standins import aws
-from controllers.devenv.standins.httpstub import Stub
+from rotator_devkit.devenv.standins import aws
+from rotator_devkit.devenv.standins.httpstub import Stub
 
 
 class IAMProxy(Stub):

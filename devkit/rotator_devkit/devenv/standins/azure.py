@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
 
-from controllers.controlplane import pki
-from controllers.devenv.standins.httpstub import Stub
-from controllers.devenv.standins.jwts import Trust
+from rotator_devkit.controlplane import pki
+from rotator_devkit.devenv.standins.httpstub import Stub
+from rotator_devkit.devenv.standins.jwts import Trust
 
 ASSERTION_TYPE = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
 

@@ -7,7 +7,7 @@
   and boto3 checks that client-side, so short-lived test sessions come from here);
 * checks the SigV4 signature of every other call (``GetCallerIdentity``: "this credential
   works") against what it and the IAM proxy issued, kept in a shared
-  :class:`~controllers.devenv.standins.aws.Keyring` — moto itself checks no signature — and
+  :class:`~rotator_devkit.devenv.standins.aws.Keyring` — moto itself checks no signature — and
   refuses keys nobody here issued, a wrong secret key or session token, an expired session;
 * keeps in :attr:`issued` every secret it handed out or was given (session secret keys and
   tokens, web identity tokens), for leak scans;
@@ -28,9 +28,9 @@ from urllib.parse import parse_qs
 
 import jwt
 
-from controllers.devenv.standins import aws
-from controllers.devenv.standins.aws import aws_error
-from controllers.devenv.standins.httpstub import Stub
+from rotator_devkit.devenv.standins import aws
+from rotator_devkit.devenv.standins.aws import aws_error
+from rotator_devkit.devenv.standins.httpstub import Stub
 
 ASSUME = "AssumeRoleWithWebIdentity"
 

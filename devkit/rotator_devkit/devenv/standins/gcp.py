@@ -28,8 +28,8 @@ import jwt
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
 
-from controllers.devenv.standins.httpstub import Stub
-from controllers.devenv.standins.jwts import Trust
+from rotator_devkit.devenv.standins.httpstub import Stub
+from rotator_devkit.devenv.standins.jwts import Trust
 
 TOKEN_EXCHANGE = "urn:ietf:params:oauth:grant-type:token-exchange"
 JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"

@@ -18,7 +18,17 @@ from controllers.runtime import client as clients
 from controllers.runtime import objects
 from controllers.runtime.objects import Resource
 
-REPO = Path(__file__).resolve().parents[2]
+
+def _checkout() -> Path:
+    """The rotator checkout this dev kit sits in (the folder holding ``config/crd``)."""
+    here = Path(__file__).resolve()
+    for folder in here.parents:
+        if (folder / "config" / "crd").is_dir():
+            return folder
+    raise RuntimeError(f"{here} is not inside a rotator checkout (no config/crd above it)")
+
+
+REPO = _checkout()
 CONFIG = REPO / "config"
 
 NAMESPACE = "rotator-system"

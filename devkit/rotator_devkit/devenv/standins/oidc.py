@@ -16,7 +16,7 @@ import jwt
 from cryptography.hazmat.primitives.asymmetric import rsa
 from jwt.algorithms import RSAAlgorithm
 
-from controllers.devenv.standins.httpstub import Stub
+from rotator_devkit.devenv.standins.httpstub import Stub
 
 
 class OIDCIssuer(Stub):

@@ -19,16 +19,16 @@ from typing import Any
 import boto3
 from moto.server import ThreadedMotoServer
 
-from controllers.controlplane.cluster import SERVICE_ACCOUNT_ISSUER, LocalControlPlane
-from controllers.devenv import manifests
-from controllers.devenv.standins.azure import App, AzureStandIn, tls_context
-from controllers.devenv.standins.gcp import GCPStandIn
-from controllers.devenv.standins.iam import IAMProxy
-from controllers.devenv.standins.oidc import OIDCIssuer
-from controllers.devenv.standins.sts import STSProxy
 from controllers.runtime import client as clients
 from controllers.runtime import errors, objects, restconfig
 from rotator.providers.gcp import federation
+from rotator_devkit.controlplane.cluster import SERVICE_ACCOUNT_ISSUER, LocalControlPlane
+from rotator_devkit.devenv import manifests
+from rotator_devkit.devenv.standins.azure import App, AzureStandIn, tls_context
+from rotator_devkit.devenv.standins.gcp import GCPStandIn
+from rotator_devkit.devenv.standins.iam import IAMProxy
+from rotator_devkit.devenv.standins.oidc import OIDCIssuer
+from rotator_devkit.devenv.standins.sts import STSProxy
 
 NAMESPACE = "default"
 AUDIENCE = "sts.amazonaws.com"
