@@ -32,6 +32,7 @@ import rotator
 from controllers import logs
 from controllers.reconcilers import api, setup
 from controllers.runtime import client as clients
+from controllers.runtime import clock as clocks
 from controllers.runtime import leaderelection, manager, restconfig, tlsserving
 from controllers.runtime import metrics as metric_families
 from controllers.runtime.informer import InformerOptions
@@ -293,9 +294,11 @@ def _run(
         identity=identity,
         informer=InformerOptions(resync_period=args.sync_period),
     )
-    mgr = manager.Manager(api, options, metrics=metrics)
+    clock = clocks.RealClock()  # the one time source of the manager and the reconcilers
+    mgr = manager.Manager(api, options, metrics=metrics, clock=clock)
     setup.register(
         mgr,
+        clock=clock,
         options=setup.ChainOptions(
             workers=args.workers,
             iam_key_grace_period=args.iam_key_grace_period,

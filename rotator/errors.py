@@ -11,7 +11,9 @@
     └── ProviderUnavailable         transient: throttling, 5xx, timeouts, connection failures
 
 Every message is safe to show a user: it names what is wrong and where, never a secret value.
-``reason`` is the PascalCase condition reason the controller reports.
+``reason`` is the PascalCase condition reason the controller reports. ``code`` is the provider's
+own error code (``NoSuchEntity``, ``Throttling``…) when a provider answered with one, so that
+callers branch on it rather than search the message.
 """
 
 from __future__ import annotations
@@ -20,6 +22,10 @@ from __future__ import annotations
 class CredentialError(Exception):
     reason = "RotationFailed"
     transient = False
+
+    def __init__(self, message: str, *, code: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 class InvalidInput(CredentialError):

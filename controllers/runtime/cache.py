@@ -9,12 +9,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import threading
-import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from controllers.runtime import client as clients
+from controllers.runtime import clock as clocks
 from controllers.runtime import errors, objects
 from controllers.runtime.informer import Informer, InformerOptions, Transform
 from controllers.runtime.objects import Body, ObjectKey, Resource
@@ -38,8 +38,10 @@ class Cache:
         *,
         namespaces: Sequence[str] = (),
         options: InformerOptions | None = None,
+        clock: clocks.Clock | None = None,
     ) -> None:
         self._api = api
+        self._clock = clock or clocks.RealClock()
         self._namespaces = list(namespaces)
         self._options = options or InformerOptions()
         self._lock = threading.Lock()
@@ -101,10 +103,10 @@ class Cache:
             return self._started and all(i.has_synced() for i in self._informers.values())
 
     def wait_for_sync(self, timeout: float) -> bool:
-        end = time.monotonic() + timeout
+        end = self._clock.monotonic() + timeout
         with self._lock:
             informers = list(self._informers.values())
-        return all(i.wait_for_sync(max(0.0, end - time.monotonic())) for i in informers)
+        return all(i.wait_for_sync(max(0.0, end - self._clock.monotonic())) for i in informers)
 
     def unsynced(self) -> list[str]:
         """Names of the views not yet synced, for ``/readyz`` and logs."""

@@ -326,7 +326,8 @@ class Client:
         if 200 <= response.status < 300:
             return response
         raw = _read_body(response, method=method, path=path)
-        raise _status_error(response.status, raw, method=method, path=path)
+        content_type = str(response.headers.get("Content-Type") or "")
+        raise _status_error(response.status, raw, content_type, method=method, path=path)
 
     def _bounded(
         self, timeout: float | tuple[float, float], method: str, path: str
@@ -369,8 +370,17 @@ def _selectors(label_selector: str | None, field_selector: str | None) -> list[t
     return query
 
 
-def _status_error(status: int, raw: bytes, *, method: str, path: str) -> errors.ApiError:
-    reason, message = "", raw.decode("utf-8", "replace")[:500]
+def _status_error(
+    status: int, raw: bytes, content_type: str, *, method: str, path: str
+) -> errors.ApiError:
+    """The error for a non-2xx answer, from its Kubernetes ``Status`` when it is one.
+
+    Any other body (a proxy's error page, a webhook's echo of the request) may hold anything,
+    a Secret included, so none of it is kept: only the status, the media type and the length,
+    as kopf does.
+    """
+    media_type = content_type.split(";", 1)[0].strip()[:64] or "no content type"
+    reason, message = "", f"HTTP {status}: a {len(raw)}-byte {media_type} body, not a Status"
     try:
         decoded = json.loads(raw)
     except ValueError:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import random
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import structlog
@@ -68,17 +68,6 @@ class InformerOptions:
     backoff_cap: float = 30.0
 
 
-@dataclass
-class InformerStats:
-    """Counters for observing an informer from tests and logs."""
-
-    lists: int = 0
-    watches: int = 0
-    gone: int = 0
-    failures: int = 0
-    events: dict[str, int] = field(default_factory=dict)
-
-
 def strip_never_read(obj: Body) -> Body:
     """Drops what no controller reads and that can be large: ``managedFields`` and kubectl's
     ``last-applied-configuration`` annotation (a copy of the whole object as applied — for a
@@ -110,7 +99,6 @@ class Informer:
         self.resource = resource
         self.metadata_only = metadata_only
         self.store = Store()
-        self.stats = InformerStats()
         self._api = api
         # One reflector per distinct namespace (a repeated --namespace must not wait for ever
         # on a second sync of the same scope); None is every namespace.
@@ -179,13 +167,6 @@ class Informer:
     def wait_for_sync(self, timeout: float | None = None) -> bool:
         return self._synced.wait(timeout)
 
-    def interrupt_watches(self) -> None:
-        """Breaks the current watch connections; each resumes from its last resourceVersion."""
-        with self._streams_lock:
-            streams = list(self._streams.values())
-        for stream in streams:
-            stream.close()
-
     # --- reflector ---------------------------------------------------------------------------
 
     def _reflect(self, namespace: str | None) -> None:
@@ -209,20 +190,17 @@ class Informer:
                 )
                 with self._streams_lock:
                     self._streams[namespace] = stream
-                self.stats.watches += 1
                 if self._stop.is_set():
                     stream.close()
                 for event in stream:
                     resource_version = self._apply(event, resource_version)
                     backoff.reset()
             except errors.Gone:
-                self.stats.gone += 1
                 self._log.info("informer.relist", namespace=namespace, why="resource version gone")
                 resource_version = None
             except Exception as exc:  # any failure: back off and reconnect, never die
                 if self._stop.is_set():
                     break
-                self.stats.failures += 1
                 delay = backoff.next()
                 self._log.warning(
                     "informer.reconnect",
@@ -264,7 +242,6 @@ class Informer:
             if not continue_token:
                 resource_version = str(meta.get("resourceVersion") or "")
                 break
-        self.stats.lists += 1
         upserts, deletions = self.store.replace(items, namespace=namespace)
         handlers = self._current_handlers()
         for old in deletions:
@@ -283,7 +260,6 @@ class Informer:
     def _apply(self, event: Mapping[str, Any], resource_version: str) -> str:
         kind = str(event.get("type"))
         obj = event.get("object") or {}
-        self.stats.events[kind] = self.stats.events.get(kind, 0) + 1
         if kind == "ERROR":
             code = int(obj.get("code") or 0)
             message = str(obj.get("message") or "watch error")

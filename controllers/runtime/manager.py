@@ -24,7 +24,6 @@ elector is stuck.
 from __future__ import annotations
 
 import threading
-import time
 from dataclasses import dataclass, field
 from datetime import UTC
 
@@ -35,6 +34,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from controllers.runtime import cache as caches
 from controllers.runtime import channel as channels
 from controllers.runtime import client as clients
+from controllers.runtime import clock as clocks
 from controllers.runtime import controller as controllers
 from controllers.runtime import (
     events,
@@ -91,11 +91,16 @@ class Manager:
         options: ManagerOptions,
         *,
         metrics: metric_families.Metrics,
+        clock: clocks.Clock | None = None,
     ) -> None:
         self.api = api
         self.options = options
         self.metrics = metrics
-        self.cache = caches.Cache(api, namespaces=options.namespaces, options=options.informer)
+        self.clock = clock or clocks.RealClock()
+        """The time source of the manager, its cache and the controllers it builds."""
+        self.cache = caches.Cache(
+            api, namespaces=options.namespaces, options=options.informer, clock=self.clock
+        )
         self.scheduler = BackgroundScheduler(
             timezone=UTC, executors={"default": ThreadPoolExecutor(4)}
         )
@@ -121,7 +126,12 @@ class Manager:
         options: controllers.ControllerOptions | None = None,
     ) -> controllers.Controller:
         controller = controllers.Controller(
-            name, reconciler, timers=self.timers, metrics=self.metrics, options=options
+            name,
+            reconciler,
+            timers=self.timers,
+            metrics=self.metrics,
+            options=options,
+            clock=self.clock,
         )
         self._controllers.append(controller)
         return controller
@@ -206,11 +216,11 @@ class Manager:
         return f"not synced: {', '.join(pending)}" if pending else None
 
     def _wait_for_sync(self, stop: threading.Event) -> bool:
-        deadline = time.monotonic() + self.options.cache_sync_timeout
+        deadline = self.clock.monotonic() + self.options.cache_sync_timeout
         while not self.cache.wait_for_sync(0.5):
             if stop.is_set():
                 return False
-            if time.monotonic() > deadline:
+            if self.clock.monotonic() > deadline:
                 log.error(
                     "manager.cache_sync_timeout",
                     unsynced=self.cache.unsynced(),
@@ -312,9 +322,9 @@ class Manager:
         ]
         for thread in threads:
             thread.start()
-        end = time.monotonic() + timeout + 1.0  # each stop() keeps to timeout itself
+        end = self.clock.monotonic() + timeout + 1.0  # each stop() keeps to timeout itself
         for thread in threads:
-            while thread.is_alive() and time.monotonic() < end:
+            while thread.is_alive() and self.clock.monotonic() < end:
                 if self._leadership_lost(0.05):
                     log.error("manager.stop_abandoned", why="leadership lost while stopping")
                     return False

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from controllers.runtime import client as clients
 from controllers.runtime import objects, restconfig
 from controllers.runtime.informer import LAST_APPLIED, Informer
 from controllers.runtime.objects import Body
 from tests.support import etcd
+from tests.support.informer_probe import ProbedClient
 from tests.support.polling import wait_for
 
 
@@ -41,11 +41,17 @@ class Recorder:
 
 
 @pytest.fixture
-def start_informer(api: clients.Client) -> Iterator[Any]:
+def probe(control_plane) -> ProbedClient:
+    """The informers' API client, which counts their lists and watches and can break them."""
+    return ProbedClient(restconfig.load(str(control_plane.kubeconfig)))
+
+
+@pytest.fixture
+def start_informer(probe: ProbedClient) -> Iterator[Any]:
     started: list[Informer] = []
 
     def start(resource: objects.Resource, namespace: str, **kwargs) -> tuple[Informer, Recorder]:
-        informer = Informer(api, resource, namespaces=[namespace], **kwargs)
+        informer = Informer(probe, resource, namespaces=[namespace], **kwargs)
         recorder = Recorder()
         informer.add_handler(recorder)
         informer.start()
@@ -140,7 +146,7 @@ def test_converges_after_watch_expiry_across_an_apiserver_restart(private_contro
     """While the API server is down, an object is deleted behind its back and etcd's history is
     compacted: the informer's resume fails with 410 Gone and it must re-list to see the delete."""
     control_plane = private_control_plane
-    api = clients.Client(restconfig.load(str(control_plane.kubeconfig)))
+    api = ProbedClient(restconfig.load(str(control_plane.kubeconfig)))
     namespace = "informer"
     api.create(objects.NAMESPACES, {"metadata": {"name": namespace}})
     template = {"template": {"spec": {"containers": [{"name": "c", "image": "i"}]}}}
@@ -164,9 +170,9 @@ def test_converges_after_watch_expiry_across_an_apiserver_restart(private_contro
     finally:
         control_plane.start_apiserver()
     wait_for(lambda: rec.saw("delete", "doomed"), timeout=60, what="the missed delete")
-    assert informer.stats.gone >= 1, "the resume was refused with 410 Gone"
-    assert informer.stats.lists >= 2, "and the informer re-listed"
-    assert informer.stats.failures >= 1, "the outage was seen (and backed off from)"
+    assert api.gone >= 1, "the resume was refused with 410 Gone"
+    assert api.lists >= 2, "and the informer re-listed"
+    assert api.failures >= 1, "the outage was seen (and backed off from)"
     api.create(
         objects.PODTEMPLATES, {"metadata": {"name": "after"}, **template}, namespace=namespace
     )
@@ -175,12 +181,14 @@ def test_converges_after_watch_expiry_across_an_apiserver_restart(private_contro
     informer.stop()
 
 
-def test_interrupted_watch_resumes_without_relisting(api, namespace, start_informer) -> None:
-    informer, rec = start_informer(objects.CONFIGMAPS, namespace)
-    lists = informer.stats.lists
-    wait_for(lambda: informer.stats.watches == 1, what="watching")
-    informer.interrupt_watches()
+def test_interrupted_watch_resumes_without_relisting(
+    api, namespace, start_informer, probe: ProbedClient
+) -> None:
+    _, rec = start_informer(objects.CONFIGMAPS, namespace)
+    lists = probe.lists
+    wait_for(lambda: probe.watches == 1, what="watching")
+    probe.interrupt_watches()
+    wait_for(lambda: probe.watches == 2, what="watching again")
     api.create(objects.CONFIGMAPS, configmap("x"), namespace=namespace)
     wait_for(lambda: rec.saw("add", "x"), what="the event after the reconnect")
-    assert informer.stats.lists == lists, "resumed from its resourceVersion"
-    assert informer.stats.watches >= 2
+    assert probe.lists == lists, "resumed from its resourceVersion"

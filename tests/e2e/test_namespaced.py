@@ -26,6 +26,7 @@ from tests.support.controller import (
     install_crds,
     service_account_kubeconfig,
 )
+from tests.support.informer_probe import ProbedClient
 from tests.support.polling import wait_for
 
 OVERLAY = manifests.CONFIG / "namespaced"
@@ -178,13 +179,18 @@ def test_namespaced_install_reconciles_its_namespaces_only(
             controller.stop()
 
 
-def test_a_namespace_listed_twice_is_watched_once(api: clients.Client, namespace: str) -> None:
+def test_a_namespace_listed_twice_is_watched_once(
+    control_plane: LocalControlPlane, namespace: str
+) -> None:
     """``--namespace a --namespace a`` (a repeated patch line) must not leave the cache unsynced
     for ever, nor run two reflectors over one namespace."""
-    informer = Informer(api, objects.SECRETS, namespaces=[namespace, namespace], metadata_only=True)
+    probe = ProbedClient(restconfig.load(str(control_plane.kubeconfig)))
+    informer = Informer(
+        probe, objects.SECRETS, namespaces=[namespace, namespace], metadata_only=True
+    )
     informer.start()
     try:
         assert informer.wait_for_sync(10)
-        assert informer.stats.lists == 1
+        assert probe.lists == 1
     finally:
         informer.stop()

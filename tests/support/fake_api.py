@@ -30,11 +30,13 @@ class Reply:
     data: bytes = b""
     error: BaseException | None = None
     """Raised when the body is read (``response.data``), as urllib3 does on a broken connection."""
+    content_type: str = "application/json"
 
 
 class _Response:
     def __init__(self, reply: Reply) -> None:
         self.status = reply.status
+        self.headers = {"Content-Type": reply.content_type}
         self._reply = reply
 
     @property

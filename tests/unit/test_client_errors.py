@@ -36,3 +36,41 @@ def test_a_broken_body_is_a_transient_connection_failure(reply: Reply) -> None:
     assert raised.value.method == "GET"
     assert "c2stbGl2ZS" not in str(raised.value), "no byte of the body in the message"
     assert raised.value.__cause__ is None or not isinstance(raised.value.__cause__, ValueError)
+
+
+@pytest.mark.parametrize(
+    ("reply", "kind", "summary"),
+    [
+        (
+            Reply(502, data=b"<html>upstream echoed " + SECRET_BODY, content_type="text/html"),
+            errors.ServerError,
+            "a 82-byte text/html body",
+        ),
+        (
+            Reply(403, data=SECRET_BODY, content_type="application/json; charset=utf-8"),
+            errors.Forbidden,
+            "a 60-byte application/json body",
+        ),
+        (Reply(400, data=SECRET_BODY, content_type=""), errors.ApiError, "no content type"),
+    ],
+    ids=["html-page", "json-not-status", "untyped"],
+)
+def test_a_non_status_error_body_is_summarised_never_copied(
+    reply: Reply, kind: type[errors.ApiError], summary: str
+) -> None:
+    api = FakeTransport(fault=lambda request: reply).client()
+    with pytest.raises(kind) as raised:
+        api.get(objects.SECRETS, "s", namespace="ns")
+    assert raised.value.status == reply.status
+    assert summary in str(raised.value)
+    assert "c2stbGl2ZS" not in str(raised.value), "no byte of the body in the message"
+    assert "echoed" not in str(raised.value)
+
+
+def test_a_status_body_keeps_its_reason_and_message() -> None:
+    status = b'{"kind": "Status", "code": 422, "reason": "Invalid", "message": "spec.x: Required"}'
+    api = FakeTransport(fault=lambda request: Reply(422, data=status)).client()
+    with pytest.raises(errors.ApiError) as raised:
+        api.get(objects.SECRETS, "s", namespace="ns")
+    assert raised.value.reason == "Invalid"
+    assert "spec.x: Required" in str(raised.value)

@@ -205,6 +205,15 @@ def test_a_config_exactly_at_the_secret_limit_is_written(world: World) -> None:
     assert routeconfig.secret_size(text) == routeconfig.MAX_SECRET_BYTES
 
 
+@pytest.fixture
+def small_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 64 KiB Secret limit: the refusal logic is the same, and rendering (pure-Python YAML)
+    a 1 MiB configuration costs seconds. The real limit is checked above and in
+    test_routeconfig."""
+    monkeypatch.setattr(routeconfig, "MAX_SECRET_BYTES", 64 * 1024)
+
+
+@pytest.mark.usefixtures("small_limit")
 def test_a_config_over_the_secret_limit_is_refused_and_the_previous_one_kept(
     world: World,
 ) -> None:
@@ -229,6 +238,7 @@ def test_a_config_over_the_secret_limit_is_refused_and_the_previous_one_kept(
     assert world.served() == {"big": {"apiKey": "sk-small-again"}}
 
 
+@pytest.mark.usefixtures("small_limit")
 def test_a_first_config_over_the_limit_says_none_was_written(world: World) -> None:
     world.chain("big", {"apiKey": b"k" * key_length_for(routeconfig.MAX_SECRET_BYTES + 1)})
     world.route("big")
@@ -259,3 +269,116 @@ def test_the_message_stays_bounded_however_many_backends_fail(world: World) -> N
     assert f"ServiceBackend {names[0]}" in refs["message"]
     shown = refs["message"].count("ServiceBackend ")
     assert refs["message"].endswith(f"; and {300 - shown} more")
+
+
+# --- each ResolvedRefs reason, and the expiry timer ------------------------------------------
+
+
+def reason(world: World, type_: str) -> tuple[str, str]:
+    c = world.condition(type_)
+    return c["status"], c["reason"]
+
+
+def test_every_backend_resolved_is_resolved_refs_and_programmed(world: World) -> None:
+    world.chain("good", {"apiKey": b"sk-good-1"})
+    world.route("good")
+    world.reconcile()
+    assert reason(world, "ResolvedRefs") == ("True", "ResolvedRefs")
+    assert reason(world, "Programmed") == ("True", "Programmed")
+    assert reason(world, "Accepted") == ("True", "Accepted")
+    assert "rotator-route-r" in world.condition("Programmed")["message"]
+    written = len(world.api.secrets())
+    world.reconcile()
+    assert len(world.api.secrets()) == written, "an unchanged configuration is not rewritten"
+
+
+def test_a_missing_or_deleted_backend_is_backend_not_found(world: World) -> None:
+    world.chain("good", {"apiKey": b"sk-good-1"})
+    world.route("absent", "good")
+    world.reconcile()
+    assert reason(world, "ResolvedRefs") == ("False", "BackendNotFound")
+    assert "ServiceBackend absent not found" in world.condition("ResolvedRefs")["message"]
+    assert world.served() == {"good": {"apiKey": "sk-good-1"}}
+
+    world.chain("absent", {"apiKey": b"sk-2"})
+    backend = dict(world.backends.get(objects.make_key(NS, "absent")) or {})
+    world.backends.upsert(
+        {**backend, "metadata": {**backend["metadata"], "deletionTimestamp": "t"}}
+    )
+    world.reconcile()
+    assert reason(world, "ResolvedRefs") == ("False", "BackendNotFound")
+
+
+def test_a_backend_no_policy_targets_is_called_without_credentials(world: World) -> None:
+    world.chain("plain", {"apiKey": b"unused"})
+    world.policies.delete(objects.make_key(NS, "p-plain"))
+    world.route("plain")
+    world.reconcile()
+    assert reason(world, "ResolvedRefs") == ("True", "ResolvedRefs")
+    (backend,) = world.config()["rules"][0]["backends"]
+    assert backend["name"] == "plain"
+    assert not backend.get("credentials")
+
+
+def test_a_backend_two_policies_target_is_a_policy_conflict(world: World) -> None:
+    world.chain("b", {"apiKey": b"sk-1"})
+    world.policies.upsert(
+        {
+            "metadata": {"name": "p-other", "namespace": NS},
+            "spec": {"type": "APIKey", "targetRefs": [{"name": "b"}]},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+        }
+    )
+    world.route("b")
+    world.reconcile()
+    assert reason(world, "ResolvedRefs") == ("False", "PolicyConflict")
+    assert world.config()["rules"][0]["backends"] == [], "left out"
+
+
+def test_a_policy_not_ready_or_not_written_yet_is_policy_not_ready(world: World) -> None:
+    world.chain("b", {"apiKey": b"sk-1"})
+    policy = dict(world.policies.get(objects.make_key(NS, "p-b")) or {})
+    world.policies.upsert(
+        {**policy, "status": {"conditions": [{"type": "Ready", "status": "False"}]}}
+    )
+    world.route("b")
+    world.reconcile()
+    assert reason(world, "ResolvedRefs") == ("False", "PolicyNotReady")
+    assert "BackendSecurityPolicy p-b is not ready" in world.condition("ResolvedRefs")["message"]
+
+    world.policies.upsert(policy)  # Ready again, but its derived Secret is not cached yet
+    world.managed.delete(objects.make_key(NS, api.derived_secret_name("p-b")))
+    world.reconcile()
+    assert reason(world, "ResolvedRefs") == ("False", "PolicyNotReady")
+    assert "not written yet" in world.condition("ResolvedRefs")["message"]
+
+
+def test_expired_credentials_are_left_out_and_valid_ones_set_the_timer(world: World) -> None:
+    world.chain("old", {"apiKey": b"sk-old"}, {api.EXPIRATION_ANNOTATION: clocks.rfc3339(NOW)})
+    later, soon = clocks.rfc3339(NOW + 600), clocks.rfc3339(NOW + 60)
+    world.chain("late", {"apiKey": b"sk-late"}, {api.EXPIRATION_ANNOTATION: later})
+    world.chain("soon", {"apiKey": b"sk-soon"}, {api.EXPIRATION_ANNOTATION: soon})
+    world.route("old", "late", "soon")
+    result = world.reconciler.reconcile(Request(NS, "r"))
+    assert reason(world, "ResolvedRefs") == ("False", "CredentialsExpired")
+    assert "p-old expired at" in world.condition("ResolvedRefs")["message"]
+    assert world.served() == {"late": {"apiKey": "sk-late"}, "soon": {"apiKey": "sk-soon"}}
+    assert result.requeue_after == pytest.approx(60.001), "run again when the first one expires"
+
+
+def test_with_several_problems_the_first_backend_by_name_gives_the_reason(world: World) -> None:
+    world.chain("b-broken", {"apiKey": BAD})
+    world.route("c-absent", "b-broken")
+    world.reconcile()
+    assert reason(world, "ResolvedRefs") == ("False", "InvalidCredentials")
+    message = world.condition("ResolvedRefs")["message"]
+    assert message.index("b-broken") < message.index("ServiceBackend c-absent not found")
+
+
+def test_a_route_missing_or_being_deleted_writes_nothing(world: World) -> None:
+    world.reconciler.reconcile(Request(NS, "r"))
+    world.route("b")
+    route = dict(world.routes.get(objects.make_key(NS, "r")) or {})
+    world.routes.upsert({**route, "metadata": {**route["metadata"], "deletionTimestamp": "t"}})
+    world.reconciler.reconcile(Request(NS, "r"))
+    assert world.api.writes == []

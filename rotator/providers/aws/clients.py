@@ -107,8 +107,8 @@ class Clients:
             self.observer.provider_request(provider=provider, call=call, code=code)
             message = f"{provider} {call} failed: {code}"
             if code in TRANSIENT_CODES or status >= 500 or status == 429:
-                raise errors.ProviderUnavailable(message) from None
-            raise errors.ProviderRejected(message) from None
+                raise errors.ProviderUnavailable(message, code=code) from None
+            raise errors.ProviderRejected(message, code=code) from None
         except (botocore.exceptions.BotoCoreError, OSError) as exc:
             self.observer.provider_request(provider=provider, call=call, code=type(exc).__name__)
             raise errors.ProviderUnavailable(

@@ -167,5 +167,5 @@ def _delete(clients: Clients, iam: object, user: str, key_id: str) -> None:
         with clients.call(PROVIDER, "DeleteAccessKey"):
             iam.delete_access_key(UserName=user, AccessKeyId=key_id)  # type: ignore[attr-defined]
     except errors.ProviderRejected as exc:
-        if "NoSuchEntity" not in str(exc):
+        if exc.code != "NoSuchEntity":  # already gone: deleting is done
             raise

@@ -1,0 +1,70 @@
+"""A botocore error keeps its provider code on the engine's error, and IAM key deletion treats
+``NoSuchEntity`` (the key is already gone) as done by that code, not by searching the message."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import botocore.exceptions
+import pytest
+
+from rotator import errors
+from rotator.observe import NoObserver
+from rotator.providers.aws import iam
+from rotator.providers.aws.clients import Clients
+
+
+def client_error(code: str, status: int, message: str = "") -> botocore.exceptions.ClientError:
+    response: Any = {
+        "Error": {"Code": code, "Message": message},
+        "ResponseMetadata": {"HTTPStatusCode": status},
+    }
+    return botocore.exceptions.ClientError(response, "DeleteAccessKey")
+
+
+@pytest.mark.parametrize(
+    ("code", "status", "kind"),
+    [
+        ("NoSuchEntity", 404, errors.ProviderRejected),
+        ("AccessDenied", 403, errors.ProviderRejected),
+        ("Throttling", 400, errors.ProviderUnavailable),
+        ("InternalError", 500, errors.ProviderUnavailable),
+    ],
+)
+def test_a_mapped_client_error_carries_the_provider_code(
+    code: str, status: int, kind: type[errors.CredentialError]
+) -> None:
+    clients = Clients(NoObserver())
+    with pytest.raises(kind) as raised, clients.call("aws-iam", "DeleteAccessKey"):
+        raise client_error(code, status)
+    assert raised.value.code == code
+
+
+def test_a_connection_failure_has_no_provider_code() -> None:
+    clients = Clients(NoObserver())
+    with pytest.raises(errors.ProviderUnavailable) as raised, clients.call("aws-sts", "Call"):
+        raise botocore.exceptions.EndpointConnectionError(endpoint_url="https://sts.invalid")
+    assert raised.value.code is None
+
+
+class FakeIAM:
+    def __init__(self, error: botocore.exceptions.ClientError) -> None:
+        self.error = error
+        self.deleted: list[str] = []
+
+    def delete_access_key(self, *, UserName: str, AccessKeyId: str) -> None:  # noqa: N803
+        self.deleted.append(AccessKeyId)
+        raise self.error
+
+
+def test_deleting_a_key_that_is_already_gone_is_done() -> None:
+    fake = FakeIAM(client_error("NoSuchEntity", 404))
+    iam._delete(Clients(NoObserver()), fake, "rotated", "AKIAGONE")
+    assert fake.deleted == ["AKIAGONE"]
+
+
+def test_another_rejection_of_a_delete_is_raised_with_its_code() -> None:
+    fake = FakeIAM(client_error("AccessDenied", 403))
+    with pytest.raises(errors.ProviderRejected) as raised:
+        iam._delete(Clients(NoObserver()), fake, "rotated", "AKIAKEPT")
+    assert raised.value.code == "AccessDenied"

@@ -1,0 +1,661 @@
+"""The policy reconciler, branch by branch, against a recording API, real stores with the
+controller's indexes, a scripted credential source and a fake clock: why a credential is
+refreshed (``refresh_reason``), what a failure reports (``_failed``), what a deletion gives back
+(``_finalize``), and how a non-idempotent mint (an IAM key) is protected from a stale cache and
+undone when it cannot be served. No network, no sleeps; the module runs in well under a second.
+
+The recording API, the event recorder and the scripted source are those of test_policy_faults.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any, cast
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from controllers.reconcilers import api, derived, echoes, indexes, tokens
+from controllers.reconcilers.metrics import CredentialMetrics
+from controllers.reconcilers.policy import PolicyReconciler, refresh_reason
+from controllers.reconcilers.sources import (
+    MintContext,
+    SecretNotFound,
+    UnsupportedSource,
+    rotation_settings,
+)
+from controllers.runtime import client as clients
+from controllers.runtime import clock as clocks
+from controllers.runtime import errors as api_errors
+from controllers.runtime import events, objects
+from controllers.runtime.cache import FullObjectReader
+from controllers.runtime.reconcile import Request
+from controllers.runtime.store import Store
+from rotator import errors, oidc
+from rotator.credentials import Credential
+from tests.unit.test_policy_faults import Events, RecordingAPI, ScriptedSource, session
+
+NS = "ns"
+NOW = 1_700_000_000.0
+ADMIN_SECRET = "iam-admin"
+
+
+class LiveAPI(RecordingAPI):
+    """The recording API plus a live read of the derived Secret (``live``: its metadata on the
+    server, None: absent) and a Secret write that can be made to fail."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.live: dict[str, Any] | None = None
+        self.gets = 0
+        self.refuse_secret_write: Exception | None = None
+
+    def get(self, resource: objects.Resource, name: str, **_: Any) -> dict[str, Any]:
+        self.gets += 1
+        if self.live is None:
+            raise api_errors.NotFound(f"secrets {name} not found")
+        return self.live
+
+    def patch(self, resource: objects.Resource, name: str, body: Any, **kw: Any) -> dict[str, Any]:
+        if resource == objects.SECRETS and "data" in body and self.refuse_secret_write:
+            raise self.refuse_secret_write
+        return super().patch(resource, name, body, **kw)
+
+    def statuses(self) -> list[dict[str, Any]]:
+        return [
+            b["status"]
+            for plural, _, b, _ in self.patches
+            if plural == "backendsecuritypolicies" and "status" in b
+        ]
+
+    def finalizer_writes(self) -> list[list[str]]:
+        return [
+            b["metadata"]["finalizers"]
+            for plural, _, b, _ in self.patches
+            if plural == "backendsecuritypolicies" and "finalizers" in b.get("metadata", {})
+        ]
+
+    def secret_patches(self, name: str) -> list[Any]:
+        return [b for plural, n, b, _ in self.patches if plural == "secrets" and n == name]
+
+
+class Source(ScriptedSource):
+    """A scripted source that can be told to copy, to be non-idempotent (an IAM key), to hold a
+    finalizer and to fail its release or its discard; it records what it was asked."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.minting = True
+        self.is_idempotent = True
+        self.finalizer_name: str | None = None
+        self.release_error: errors.CredentialError | None = None
+        self.released: list[MintContext] = []
+        self.discarded: list[Credential] = []
+        self.discard_error: Exception | None = None
+        self.unexpected: Exception | None = None
+        """Raised by :meth:`mint` instead of the outcome: an error the provider did not map."""
+
+    def mints(self, spec: api.PolicySpec) -> bool:
+        return self.minting
+
+    def mint(self, ctx: MintContext) -> Credential:
+        if self.unexpected is not None:
+            self.asked.append(ctx)
+            raise self.unexpected
+        return super().mint(ctx)
+
+    def idempotent(self, spec: api.PolicySpec) -> bool:
+        return self.is_idempotent
+
+    def finalizer(self, spec: api.PolicySpec) -> str | None:
+        return self.finalizer_name
+
+    def protected_secrets(self, spec: api.PolicySpec) -> list[str]:
+        return [ADMIN_SECRET] if self.finalizer_name else []
+
+    def release(self, ctx: MintContext) -> None:
+        self.released.append(ctx)
+        if self.release_error is not None:
+            raise self.release_error
+
+    def discard(self, ctx: MintContext, minted: Credential) -> None:
+        self.discarded.append(minted)
+        if self.discard_error is not None:
+            raise self.discard_error
+
+
+class World:
+    def __init__(self, start: float = NOW) -> None:
+        self.api = LiveAPI()
+        self.events = Events()
+        self.source = Source()
+        self.clock = clocks.FakeClock(start)
+        self.registry = CollectorRegistry()
+        self.policies, self.managed = Store(), Store()
+        sources = {"AWSCredentials": self.source}
+        self.policies.add_index(indexes.POLICY_BY_SECRET, indexes.policy_secrets(sources))
+        self.policies.add_index(indexes.POLICY_BY_BACKEND, indexes.policy_backends)
+        self.reconciler = PolicyReconciler(
+            api_client=cast(clients.Client, self.api),
+            policies=self.policies,
+            managed_secrets=self.managed,
+            secrets=cast(FullObjectReader, None),  # the scripted source reads no Secret
+            sources=sources,
+            recorder=cast(events.EventRecorder, self.events),
+            metrics=CredentialMetrics(self.registry),
+            own_writes=echoes.OwnWrites(),
+            clock=self.clock,
+        )
+        self.policy = self.put()
+
+    def put(self, **change: Any) -> dict[str, Any]:
+        """The cached policy: region ``us-east-1``, with ``change`` merged into its metadata
+        (``annotations``, ``finalizers``, ``deletionTimestamp``), spec or status."""
+        metadata: dict[str, Any] = {"name": "p", "namespace": NS, "uid": "u", "generation": 1}
+        spec: dict[str, Any] = {
+            "type": "AWSCredentials",
+            "awsCredentials": {"region": "us-east-1"},
+            "targetRefs": [{"name": "b"}],
+        }
+        for key in ("annotations", "finalizers", "deletionTimestamp"):
+            if key in change:
+                metadata[key] = change[key]
+        spec.update(change.get("spec", {}))
+        policy: dict[str, Any] = {
+            "apiVersion": api.API_VERSION,
+            "kind": "BackendSecurityPolicy",
+            "metadata": metadata,
+            "spec": spec,
+        }
+        if "status" in change:
+            policy["status"] = change["status"]
+        self.policies.upsert(policy)
+        self.policy = policy
+        return policy
+
+    def serve(self, credential: Credential, *, answered: str | None = None) -> None:
+        """The derived Secret as a previous run wrote it, cached at resourceVersion 1."""
+        secret = derived.build(
+            cast(api.Policy, self.policy), credential, minted=True, answered_request=answered
+        )
+        secret["metadata"]["resourceVersion"] = "1"
+        self.managed.upsert(secret)
+
+    def reconcile(self) -> float | None:
+        """One reconcile; the status it wrote comes back into the cache, as the informer would
+        bring it."""
+        before = len(self.api.statuses())
+        delay = self.reconciler.reconcile(Request(NS, "p")).requeue_after
+        if len(self.api.statuses()) > before:
+            self.put(**self._kept(), status=self.api.statuses()[-1])
+        return delay
+
+    def _kept(self) -> dict[str, Any]:
+        md = self.policy["metadata"]
+        kept = {k: md[k] for k in ("annotations", "finalizers", "deletionTimestamp") if k in md}
+        return {**kept, "spec": self.policy["spec"]}
+
+    def condition(self, type_: str) -> dict[str, Any]:
+        return next(c for c in self.api.statuses()[-1]["conditions"] if c["type"] == type_)
+
+    def reason(self, type_: str) -> tuple[str, str]:
+        c = self.condition(type_)
+        return c["status"], c["reason"]
+
+    def event_reasons(self) -> list[tuple[str, str]]:
+        return [(t, r) for t, r, _ in self.events.events]
+
+    def context(self, credential: Credential | None) -> MintContext:
+        policy = cast(api.Policy, self.policy)
+        return MintContext(
+            policy,
+            lambda name: None,
+            now=self.clock.now(),
+            current=credential,
+            settings=rotation_settings(policy["spec"]),
+        )
+
+
+@pytest.fixture
+def world() -> World:
+    return World()
+
+
+FRESH = session(NOW - 10, NOW + 3590)
+"""Issued 10 s ago for an hour: not due."""
+DUE = session(NOW - 3000, NOW + 600)
+"""Past 2/3 of its lifetime (jitter included): due, still valid."""
+
+
+# --- refresh_reason ------------------------------------------------------------------------
+
+
+def served_from(world: World, credential: Credential, **annotations: str) -> derived.Served:
+    secret = derived.build(cast(api.Policy, world.policy), credential, minted=True)
+    secret["metadata"]["annotations"].update(annotations)
+    served = derived.read(secret)
+    assert served is not None
+    return served
+
+
+def test_refresh_reason_missing(world: World) -> None:
+    policy = cast(api.Policy, world.policy)
+    assert refresh_reason(policy, None, world.source, world.context(None)) == "missing"
+
+
+def test_refresh_reason_edited_data(world: World) -> None:
+    served = served_from(world, FRESH)
+    tampered = derived.Served(
+        Credential({"credentials": b"changed by hand"}, expires_at=NOW + 3590),
+        intact=False,
+        spec_hash=served.spec_hash,
+        answered_request=None,
+    )
+    policy = cast(api.Policy, world.policy)
+    assert refresh_reason(policy, tampered, world.source, world.context(FRESH)) == "edited"
+
+
+def test_refresh_reason_edited_annotation(world: World) -> None:
+    served = served_from(world, FRESH, **{api.ISSUED_AT_ANNOTATION: "yesterday"})
+    assert served.intact
+    policy = cast(api.Policy, world.policy)
+    assert refresh_reason(policy, served, world.source, world.context(FRESH)) == "edited"
+
+
+def test_refresh_reason_spec_changed(world: World) -> None:
+    served = served_from(world, FRESH)
+    policy = cast(api.Policy, world.put(spec={"awsCredentials": {"region": "eu-west-1"}}))
+    assert refresh_reason(policy, served, world.source, world.context(FRESH)) == "spec changed"
+    policy = cast(api.Policy, world.put(spec={"targetRefs": [{"name": "other"}]}))
+    assert refresh_reason(policy, served, world.source, world.context(FRESH)) != "spec changed", (
+        "targetRefs are not what the credential depends on"
+    )
+
+
+def test_refresh_reason_rotation_requested_until_answered(world: World) -> None:
+    world.put(annotations={api.ROTATE_REQUESTED_ANNOTATION: "2023-11-14T00:00:00Z"})
+    policy = cast(api.Policy, world.policy)
+    unanswered = served_from(world, FRESH)
+    assert (
+        refresh_reason(policy, unanswered, world.source, world.context(FRESH))
+        == "rotation requested"
+    )
+    answered = served_from(
+        world, FRESH, **{api.ANSWERED_REQUEST_ANNOTATION: "2023-11-14T00:00:00Z"}
+    )
+    assert refresh_reason(policy, answered, world.source, world.context(FRESH)) is None
+
+
+def test_refresh_reason_due_and_none(world: World) -> None:
+    policy = cast(api.Policy, world.policy)
+    assert refresh_reason(policy, served_from(world, DUE), world.source, world.context(DUE)) == (
+        "due"
+    )
+    assert (
+        refresh_reason(policy, served_from(world, FRESH), world.source, world.context(FRESH))
+        is None
+    )
+    forever = Credential({"credentials": b"k"}, issued_at=NOW - 10)
+    assert (
+        refresh_reason(policy, served_from(world, forever), world.source, world.context(forever))
+        is None
+    ), "a credential that never expires is never due"
+
+
+@pytest.mark.parametrize(
+    ("setup", "forced"),
+    [
+        ("missing", True),
+        ("edited", True),
+        ("spec changed", True),
+        ("rotation requested", True),
+        ("due", False),
+    ],
+)
+def test_each_refresh_reason_mints_once_and_only_a_due_one_is_unforced(
+    world: World, setup: str, forced: bool
+) -> None:
+    if setup != "missing":
+        world.serve(DUE if setup == "due" else FRESH)
+    if setup == "edited":
+        secret = dict(world.managed.get(objects.make_key(NS, api.derived_secret_name("p"))) or {})
+        assert secret, "the derived Secret is cached under its derived name"
+        secret["data"] = {"credentials": base64.b64encode(b"hand edit").decode()}
+        world.managed.upsert(secret)
+    if setup == "spec changed":
+        world.put(spec={"awsCredentials": {"region": "eu-west-1"}})
+    if setup == "rotation requested":
+        world.put(annotations={api.ROTATE_REQUESTED_ANNOTATION: "now please"})
+    world.source.outcome = session(NOW, NOW + 3600, b"k2")
+    delay = world.reconcile()
+    (ctx,) = world.source.asked
+    assert ctx.forced is forced
+    (written,) = world.api.secret_writes()
+    assert written["data"] == {"credentials": base64.b64encode(b"k2").decode()}
+    assert world.reason(api.READY) == ("True", "CredentialsReady")
+    assert world.reason(api.ACCEPTED) == ("True", "Accepted")
+    renewal = clocks.parse_rfc3339(world.api.statuses()[-1]["renewalTime"])
+    assert delay == renewal - NOW, "the one timer: the next renewal"
+    if setup == "rotation requested":
+        assert written["metadata"]["annotations"][api.ANSWERED_REQUEST_ANNOTATION] == "now please"
+
+
+def test_no_reason_serves_the_cached_credential_without_minting_or_writing(
+    world: World,
+) -> None:
+    world.serve(FRESH)
+    delay = world.reconcile()
+    assert world.source.asked == []
+    assert world.api.secret_writes() == []
+    assert world.reason(api.READY) == ("True", "CredentialsReady")
+    status = world.api.statuses()[-1]
+    assert status["expirationTime"] == clocks.rfc3339(NOW + 3590)
+    assert delay == clocks.parse_rfc3339(status["renewalTime"]) - NOW
+    assert delay is not None
+    assert 0 < delay < 3590
+
+
+def test_a_copied_credential_is_rederived_every_time_and_has_no_timer(world: World) -> None:
+    world.source.minting = False
+    world.source.outcome = Credential({"apiKey": b"sk-1"})
+    assert world.reconcile() is None
+    assert len(world.source.asked) == 1
+    assert world.source.asked[0].forced is False
+    assert len(world.api.secret_writes()) == 1
+    assert "renewalTime" not in world.api.statuses()[-1]
+
+
+# --- RenewBeforeHonored --------------------------------------------------------------------
+
+
+def test_the_default_schedule_is_as_specified(world: World) -> None:
+    world.serve(FRESH)
+    world.reconcile()
+    assert world.reason(api.RENEW_BEFORE_HONORED) == ("True", "AsSpecified")
+
+
+def test_a_renew_before_too_long_is_overridden_reported_and_warned_once(world: World) -> None:
+    world.put(spec={"rotation": {"renewBefore": "59m"}})
+    world.serve(session(NOW - 10, NOW + 3590))
+    world.reconcile()
+    assert world.reason(api.RENEW_BEFORE_HONORED) == ("False", "RenewBeforeTooLong")
+    assert "renewBefore (59m)" in world.condition(api.RENEW_BEFORE_HONORED)["message"]
+    assert world.reason(api.READY) == ("True", "CredentialsReady")
+    assert "RenewBeforeTooLong" not in world.condition(api.READY)["message"]
+    assert "instead" in world.condition(api.READY)["message"], "Ready says so too"
+    assert world.event_reasons().count(("Warning", "RenewBeforeTooLong")) == 1
+    world.reconcile()
+    assert world.event_reasons().count(("Warning", "RenewBeforeTooLong")) == 1, "once"
+
+
+# --- _failed -------------------------------------------------------------------------------
+
+
+def test_a_failed_refresh_while_valid_keeps_ready_true_and_warns_once(world: World) -> None:
+    world.serve(DUE)
+    delay = world.reconcile()
+    assert world.reason(api.READY) == ("True", "RotationFailed")
+    message = world.condition(api.READY)["message"]
+    assert f"valid until {clocks.rfc3339(NOW + 600)}" in message
+    assert "STS down" in message
+    assert delay is not None
+    assert 0 < delay <= 300, "never more than half the time left"
+    status = world.api.statuses()[-1]
+    assert (status["failedAttempts"], status["lastFailureTime"]) == (1, clocks.rfc3339(NOW))
+    assert world.event_reasons().count(("Warning", "RotationFailed")) == 1
+    world.clock.advance(delay)
+    world.reconcile()
+    assert world.api.statuses()[-1]["failedAttempts"] == 2
+    assert world.event_reasons().count(("Warning", "RotationFailed")) == 1, "the first only"
+
+
+def test_a_failed_refresh_after_expiry_is_expired(world: World) -> None:
+    world.serve(session(NOW - 3700, NOW - 100))
+    world.reconcile()
+    assert world.reason(api.READY) == ("False", "Expired")
+    assert f"expired at {clocks.rfc3339(NOW - 100)}" in world.condition(api.READY)["message"]
+    assert world.reason(api.ACCEPTED) == ("True", "Accepted")
+
+
+def test_the_retry_is_bounded_by_the_expiry_so_expired_turns_on_time() -> None:
+    world = World(start=NOW + 599.75)  # DUE expires at NOW + 600: a quarter second left
+    world.serve(DUE)
+    world.put(status={"failedAttempts": 6})  # backoff alone would wait far longer
+    delay = world.reconcile()
+    assert world.reason(api.READY) == ("True", "RotationFailed")
+    assert delay == pytest.approx(0.25)
+    assert delay is not None
+    world.clock.advance(delay)
+    world.reconcile()
+    assert world.reason(api.READY) == ("False", "Expired")
+
+
+@pytest.mark.parametrize(
+    ("reason", "error"),
+    [
+        ("SecretNotFound", SecretNotFound("Secret aws-root not found")),
+        ("SecretKeyNotFound", errors.MissingKey("Secret aws-root has no key 'x'")),
+        ("InvalidSecretData", errors.InvalidInput("Secret aws-root holds data that is not base64")),
+        ("ProviderRejected", errors.ProviderRejected("AccessDenied")),
+        ("ProviderUnavailable", errors.ProviderUnavailable("STS down")),
+        ("ServiceAccountNotFound", tokens.ServiceAccountNotFound("no ServiceAccount sa")),
+        ("ServiceAccountNotPermitted", tokens.ServiceAccountNotPermitted("sa has not opted in")),
+        ("InvalidName", tokens.InvalidName("'../x' is not a name")),
+        ("InsecureIssuer", oidc.InsecureIssuer("http://issuer is not https")),
+        ("RotationFailed", errors.CredentialError("something else")),
+    ],
+)
+def test_a_failure_with_nothing_served_reports_its_own_reason(
+    world: World, reason: str, error: errors.CredentialError
+) -> None:
+    world.source.outcome = error
+    delay = world.reconcile()
+    assert world.reason(api.READY) == ("False", reason)
+    assert world.condition(api.READY)["message"] == str(error)
+    assert world.reason(api.ACCEPTED) == ("True", "Accepted")
+    assert delay is not None
+    assert delay > 0
+    assert ("Warning", reason) in world.event_reasons(), "the Ready transition"
+
+
+def test_an_unmapped_provider_exception_is_provider_unavailable_without_its_text(
+    world: World,
+) -> None:
+    world.source.unexpected = RuntimeError("response body with sk-secret")
+    world.reconcile()
+    assert world.reason(api.READY) == ("False", "ProviderUnavailable")
+    assert "sk-secret" not in world.condition(api.READY)["message"]
+
+
+def test_an_unsupported_source_is_not_accepted(world: World) -> None:
+    world.put(spec={"type": "AzureCredentials"})  # no source registered for it
+    world.reconcile()
+    assert world.reason(api.ACCEPTED) == ("False", "UnsupportedCredentialSource")
+    assert world.reason(api.READY) == ("False", "UnsupportedCredentialSource")
+    assert "AzureCredentials" in world.condition(api.ACCEPTED)["message"]
+    assert world.source.asked == []
+    assert isinstance(UnsupportedSource("x"), errors.InvalidInput)
+
+
+def test_a_forbidden_secret_write_is_reported_and_the_new_credential_discarded(
+    world: World,
+) -> None:
+    world.api.refuse_secret_write = api_errors.Forbidden("secrets is forbidden")
+    world.source.outcome = session(NOW, NOW + 3600, b"k2")
+    world.reconcile()
+    assert world.reason(api.READY) == ("False", "Forbidden")
+    assert "may not write Secrets" in world.condition(api.READY)["message"]
+    assert [c.data for c in world.source.discarded] == [{"credentials": b"k2"}]
+
+
+# --- the non-idempotent mint: cache behind, protect, discard ------------------------------
+
+
+def test_an_iam_mint_waits_when_the_cache_is_behind_the_server(world: World) -> None:
+    world.source.is_idempotent = False
+    world.serve(DUE)
+    world.api.live = {"metadata": {"name": api.derived_secret_name("p"), "resourceVersion": "2"}}
+    assert world.reconcile() == 1.0, "its watch event is on the way"
+    assert world.api.gets == 1
+    assert world.source.asked == []
+    assert world.api.patches == []
+
+
+def test_an_iam_mint_goes_ahead_when_the_cache_holds_the_live_secret(world: World) -> None:
+    world.source.is_idempotent = False
+    world.serve(DUE)
+    world.api.live = {"metadata": {"name": api.derived_secret_name("p"), "resourceVersion": "1"}}
+    world.source.outcome = session(NOW, NOW + 3600, b"k2")
+    world.reconcile()
+    assert len(world.source.asked) == 1
+    assert len(world.api.secret_writes()) == 1
+
+
+def test_an_iam_mint_is_not_held_back_when_neither_cache_nor_server_has_the_secret(
+    world: World,
+) -> None:
+    world.source.is_idempotent = False
+    world.source.outcome = session(NOW, NOW + 3600, b"k1")
+    world.reconcile()
+    assert world.api.gets == 1
+    assert len(world.source.asked) == 1
+
+
+def test_a_mint_is_never_held_back_by_a_live_read_when_it_is_idempotent(world: World) -> None:
+    world.serve(DUE)
+    world.api.live = {"metadata": {"name": api.derived_secret_name("p"), "resourceVersion": "2"}}
+    world.source.outcome = session(NOW, NOW + 3600, b"k2")
+    world.reconcile()
+    assert world.api.gets == 0
+    assert len(world.source.asked) == 1
+
+
+def test_a_secret_write_that_fails_discards_the_minted_key_and_raises(world: World) -> None:
+    world.source.is_idempotent = False
+    world.source.outcome = session(NOW, NOW + 3600, b"k2")
+    world.api.refuse_secret_write = api_errors.Conflict("the object has been modified")
+    with pytest.raises(api_errors.Conflict):
+        world.reconcile()  # retried with backoff by the controller
+    assert [c.data for c in world.source.discarded] == [{"credentials": b"k2"}]
+
+
+def test_a_discard_that_fails_is_logged_not_raised_over_the_write_error(world: World) -> None:
+    world.source.is_idempotent = False
+    world.source.outcome = session(NOW, NOW + 3600, b"k2")
+    world.source.discard_error = errors.ProviderUnavailable("IAM down")
+    world.api.refuse_secret_write = api_errors.Conflict("the object has been modified")
+    with pytest.raises(api_errors.Conflict):
+        world.reconcile()
+    assert len(world.source.discarded) == 1
+
+
+def test_a_copied_credential_that_cannot_be_written_is_not_discarded(world: World) -> None:
+    world.source.minting = False
+    world.source.outcome = Credential({"apiKey": b"sk-1"})
+    world.api.refuse_secret_write = api_errors.Conflict("the object has been modified")
+    with pytest.raises(api_errors.Conflict):
+        world.reconcile()
+    assert world.source.discarded == []
+
+
+# --- finalizers ----------------------------------------------------------------------------
+
+
+def in_use() -> dict[str, Any]:
+    return {"metadata": {"finalizers": [api.in_use_finalizer("u")]}}
+
+
+def test_a_source_with_a_finalizer_gets_it_and_protects_its_secrets_first(world: World) -> None:
+    world.source.finalizer_name = api.FINALIZER_IAM_KEY
+    world.source.outcome = session(NOW, NOW + 3600, b"k1")
+    world.reconcile()
+    assert world.api.finalizer_writes() == [[api.FINALIZER_IAM_KEY]]
+    (protect, *_) = world.api.secret_patches(ADMIN_SECRET)
+    assert protect == in_use()
+    plurals = [plural for plural, _, _, _ in world.api.patches]
+    assert plurals.index("secrets") < plurals.index("backendsecuritypolicies"), (
+        "the Secret is protected before the policy can hold external credentials"
+    )
+
+
+def deleting(world: World, **annotations: str) -> None:
+    world.source.finalizer_name = api.FINALIZER_IAM_KEY
+    world.put(
+        finalizers=[api.FINALIZER_IAM_KEY],
+        deletionTimestamp="2023-11-14T22:13:20Z",
+        annotations=annotations,
+    )
+    world.serve(FRESH)
+
+
+def test_a_deleted_policy_gives_back_its_keys_then_lets_go(world: World) -> None:
+    deleting(world)
+    assert world.reconcile() is None
+    (ctx,) = world.source.released
+    assert ctx.current is not None
+    assert ctx.current.data == FRESH.data, "release sees the served credential"
+    assert world.api.secret_patches(ADMIN_SECRET) == [
+        {"metadata": {"$deleteFromPrimitiveList/finalizers": [api.in_use_finalizer("u")]}}
+    ]
+    assert world.api.finalizer_writes() == [[]]
+    assert world.source.asked == [], "nothing is minted for a policy being deleted"
+
+
+def test_a_release_that_fails_keeps_the_finalizer_and_says_how_out(world: World) -> None:
+    deleting(world)
+    world.source.release_error = errors.ProviderRejected("AccessDenied on DeleteAccessKey")
+    delay = world.reconcile()
+    assert world.reason(api.READY) == ("False", "ReleaseFailed")
+    message = world.condition(api.READY)["message"]
+    assert "AccessDenied on DeleteAccessKey" in message
+    assert api.SKIP_RELEASE_ANNOTATION in message
+    assert world.api.finalizer_writes() == []
+    assert world.api.secret_patches(ADMIN_SECRET) == [], "its Secrets stay protected"
+    assert delay is not None
+    assert delay > 0
+    assert world.api.statuses()[-1]["failedAttempts"] == 1
+
+
+def test_a_transient_release_failure_is_raised_for_backoff(world: World) -> None:
+    deleting(world)
+    world.source.release_error = errors.ProviderUnavailable("IAM throttled")
+    with pytest.raises(errors.ProviderUnavailable):
+        world.reconcile()
+    assert world.api.patches == []
+
+
+def test_skip_release_lets_go_without_giving_back_and_warns(world: World) -> None:
+    deleting(world, **{api.SKIP_RELEASE_ANNOTATION: "true"})
+    world.reconcile()
+    assert world.source.released == []
+    assert ("Warning", "ReleaseSkipped") in world.event_reasons()
+    assert world.api.finalizer_writes() == [[]]
+    assert len(world.api.secret_patches(ADMIN_SECRET)) == 1, "unprotected"
+
+
+def test_a_deleted_policy_without_the_finalizer_is_left_alone(world: World) -> None:
+    world.put(deletionTimestamp="2023-11-14T22:13:20Z", finalizers=["someone.else/keep"])
+    assert world.reconcile() is None
+    assert world.api.patches == []
+    assert world.source.released == []
+
+
+def test_a_deleted_policy_whose_source_is_gone_just_lets_go(world: World) -> None:
+    world.put(
+        spec={"type": "AzureCredentials"},
+        finalizers=[api.FINALIZER_IAM_KEY],
+        deletionTimestamp="2023-11-14T22:13:20Z",
+    )
+    world.reconcile()
+    assert world.api.finalizer_writes() == [[]]
+
+
+def test_a_policy_gone_from_the_cache_is_forgotten(world: World) -> None:
+    world.serve(FRESH)
+    world.reconcile()
+    labels = {"namespace": NS, "name": "p", "type": "AWSCredentials"}
+    metric = "rotator_credential_expiration_timestamp_seconds"
+    assert world.registry.get_sample_value(metric, labels) == NOW + 3590
+    world.policies.delete(objects.make_key(NS, "p"))
+    assert world.reconcile() is None
+    assert world.registry.get_sample_value(metric, labels) is None
