@@ -283,7 +283,7 @@ def _run(
             name=args.leader_election_id, namespace=namespace, identity=identity
         )
     metrics = metric_families.Metrics(prefix="rotator")
-    api = clients.Client(api_client, metrics=metrics.for_requests(api_client.configuration.host))
+    client = clients.Client(api_client, metrics=metrics.for_requests(api_client.configuration.host))
     options = manager.ManagerOptions(
         namespaces=tuple(args.namespaces),
         metrics_bind_address=args.metrics_bind_address,
@@ -295,7 +295,7 @@ def _run(
         informer=InformerOptions(resync_period=args.sync_period),
     )
     clock = clocks.RealClock()  # the one time source of the manager and the reconcilers
-    mgr = manager.Manager(api, options, metrics=metrics, clock=clock)
+    mgr = manager.Manager(client, options, metrics=metrics, clock=clock)
     setup.register(
         mgr,
         clock=clock,
@@ -314,7 +314,7 @@ def _run(
     if attach is not None:
         attach(mgr)
     stop = stop or _stop_on_signals()
-    log.info("rotator.starting", version=rotator.__version__, identity=identity, server=api.host)
+    log.info("rotator.starting", version=rotator.__version__, identity=identity, server=client.host)
     return mgr.run(stop)
 
 

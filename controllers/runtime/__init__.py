@@ -3,7 +3,7 @@
 One behaviour per module, each building on the one below it:
 
 - ``clock``: the time source every timing decision reads (injected, faked in tests).
-- ``ratelimit``: per-item exponential backoff, a token bucket, and their maximum.
+- ``ratelimiters``: per-item exponential backoff, a token bucket, and their maximum.
 - ``queue`` → ``delaying`` → ``ratelimiting``: client-go's work queue, one capability per layer.
 - ``timers``: the APScheduler-backed timers behind delayed adds (one job per key).
 - ``errors`` / ``client``: a JSON REST client for the Kubernetes API with a classified error tree.

@@ -6,7 +6,7 @@ from collections.abc import Hashable
 from typing import TypeVar
 
 from controllers.runtime import clock as clocks
-from controllers.runtime import delaying, queue, ratelimit, timers
+from controllers.runtime import delaying, queue, ratelimiters, timers
 
 T = TypeVar("T", bound=Hashable)
 
@@ -20,13 +20,13 @@ class RateLimitingQueue(delaying.DelayingQueue[T]):
         *,
         name: str,
         timers: timers.Timers,
-        rate_limiter: ratelimit.RateLimiter[T] | None = None,
+        rate_limiter: ratelimiters.RateLimiter[T] | None = None,
         metrics: queue.QueueMetrics[T] | None = None,
         clock: clocks.Clock | None = None,
     ) -> None:
         super().__init__(name=name, timers=timers, metrics=metrics, clock=clock)
-        self._limiter: ratelimit.RateLimiter[T] = (
-            rate_limiter or ratelimit.default_controller_rate_limiter(self.clock)
+        self._limiter: ratelimiters.RateLimiter[T] = (
+            rate_limiter or ratelimiters.default_controller_rate_limiter(self.clock)
         )
 
     def add_rate_limited(self, item: T) -> None:

@@ -3,6 +3,7 @@ stand-in, control-plane launcher or manifest tool — those are the dev kit's (d
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -13,13 +14,21 @@ DEV_KIT = ("rotator_devkit/", "controllers/devenv/", "controllers/controlplane/"
 
 
 def test_the_product_wheel_holds_no_dev_kit(tmp_path: Path) -> None:
+    # Built from a copy of the whole tree (the dev kit included: the package configuration must
+    # leave it out), so no build/ folder of the checkout is reused or left behind.
+    source = tmp_path / "src"
+    shutil.copytree(
+        REPO,
+        source,
+        ignore=shutil.ignore_patterns(".git", ".venv", "build", "*.egg-info", ".*cache"),
+    )
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q",
-         "-w", str(tmp_path), str(REPO)],
+         "-w", str(tmp_path / "dist"), str(source)],
         check=True,
         capture_output=True,
     )  # fmt: skip
-    (wheel,) = tmp_path.glob("rotator-*.whl")
+    (wheel,) = (tmp_path / "dist").glob("rotator-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert any(n.startswith("controllers/reconcilers/") for n in names)  # positive control
     assert any(n.startswith("rotator/providers/") for n in names)

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from controllers.runtime.clock import FakeClock
-from controllers.runtime.ratelimit import (
+from controllers.runtime.ratelimiters import (
     BucketRateLimiter,
     ItemExponentialFailureRateLimiter,
     MaxOfRateLimiter,
