@@ -49,6 +49,7 @@ import structlog
 from controllers.runtime import client as clients
 from controllers.runtime import clock as clocks
 from controllers.runtime import errors, objects
+from controllers.runtime.objects import Body
 
 log = structlog.get_logger(__name__)
 
@@ -169,16 +170,7 @@ class LeaderElector:
         spec.update(
             holderIdentity="", leaseDurationSeconds=1, renewTime=_micro_time(self._clock.now())
         )
-        body = {
-            "apiVersion": "coordination.k8s.io/v1",
-            "kind": "Lease",
-            "metadata": {
-                "name": self._o.name,
-                "namespace": self._o.namespace,
-                "resourceVersion": self._observed_version,
-            },
-            "spec": spec,
-        }
+        body = self._lease(spec, self._observed_version)
         try:
             with clients.deadline(time.monotonic() + left):
                 self._api.replace(objects.LEASES, body)
@@ -258,16 +250,7 @@ class LeaderElector:
             new_spec["leaseTransitions"] = int(spec.get("leaseTransitions") or 0) + (
                 1 if holder else 0
             )
-        body = {
-            "apiVersion": "coordination.k8s.io/v1",
-            "kind": "Lease",
-            "metadata": {
-                "name": self._o.name,
-                "namespace": self._o.namespace,
-                "resourceVersion": version,
-            },
-            "spec": new_spec,
-        }
+        body = self._lease(new_spec, version)
         try:
             updated = self._api.replace(objects.LEASES, body)
         except errors.ApiError as exc:
@@ -277,19 +260,28 @@ class LeaderElector:
         self._observe(updated)
         return _Outcome.HELD
 
+    def _lease(self, spec: dict[str, Any], resource_version: str | None = None) -> Body:
+        """The Lease body to write; ``resource_version`` makes the write a compare-and-swap."""
+        metadata: dict[str, Any] = {"name": self._o.name, "namespace": self._o.namespace}
+        if resource_version is not None:
+            metadata["resourceVersion"] = resource_version
+        return {
+            "apiVersion": objects.LEASES.api_version,
+            "kind": objects.LEASES.kind,
+            "metadata": metadata,
+            "spec": spec,
+        }
+
     def _create(self, now: float) -> _Outcome:
-        body = {
-            "apiVersion": "coordination.k8s.io/v1",
-            "kind": "Lease",
-            "metadata": {"name": self._o.name, "namespace": self._o.namespace},
-            "spec": {
+        body = self._lease(
+            {
                 "holderIdentity": self._o.identity,
                 "leaseDurationSeconds": int(self._o.lease_duration),
                 "acquireTime": _micro_time(now),
                 "renewTime": _micro_time(now),
                 "leaseTransitions": 0,
-            },
-        }
+            }
+        )
         try:
             created = self._api.create(objects.LEASES, body, namespace=self._o.namespace)
         except errors.ApiError as exc:
