@@ -228,12 +228,14 @@ def test_secret_without_the_key_then_fixed(chain: Chain) -> None:
     chain.wait_condition("policy", "p", "Ready", "True", "CredentialsReady")
 
 
-def policy_writes(audit_log: AuditLog, mark: int, name: str) -> list[Request]:
-    """The controller's completed writes to policy ``name`` (its status) since ``mark``."""
+def policy_writes(audit_log: AuditLog, mark: int, namespace: str, name: str) -> list[Request]:
+    """The controller's completed writes to policy ``namespace/name`` (its status) since
+    ``mark`` — the namespace matters: earlier tests' policies of the same name may still be
+    retrying while their namespaces are deleted."""
     return [
         r
         for r in audit_log.writes_since(mark)
-        if r.resource == "backendsecuritypolicies" and r.name == name
+        if r.resource == "backendsecuritypolicies" and r.namespace == namespace and r.name == name
     ]
 
 
@@ -265,22 +267,21 @@ def test_malformed_aws_file_backs_off_without_a_hot_loop(chain: Chain, audit_log
     # upper bounds below are not met by an empty or unread log.
     seen = (chain.get("policy", "p") or {})["status"]["failedAttempts"]
     wait_for(
-        lambda: len(policy_writes(audit_log, mark, "p")) >= seen,
+        lambda: len(policy_writes(audit_log, mark, chain.ns, "p")) >= seen,
         what="the controller's status writes in the audit log",
     )
     # Writes refused with 409 (computed from a cache one write behind, then retried on the new
     # state) change nothing; the bound is on the writes that landed.
-    status_writes = [
-        r
-        for r in audit_log.writes_since(mark)
-        if r.resource == "backendsecuritypolicies" and r.name == "p" and r.code < 400
-    ]
+    status_writes = [r for r in policy_writes(audit_log, mark, chain.ns, "p") if r.code < 400]
     attempts = (chain.get("policy", "p") or {})["status"]["failedAttempts"]
-    assert len(status_writes) <= attempts + 1, "one status write per attempt, no more"
+    assert len(status_writes) <= attempts + 1, f"one status write per attempt: {status_writes}"
     secret_reads = [
         r
         for r in audit_log.since(mark)
-        if r.resource == "secrets" and r.name == "aws" and r.verb == "get"
+        if r.resource == "secrets"
+        and r.namespace == chain.ns
+        and r.name == "aws"
+        and r.verb == "get"
     ]
     assert secret_reads, "positive control: the controller's read of the Secret is logged"
     assert len(secret_reads) <= 2, "the Secret's data is read once per resourceVersion"
