@@ -102,6 +102,18 @@ def _spec_or_ready_status_changed(old: Body | None, new: Body) -> bool:
     return (before["status"] if before else None) != (after["status"] if after else None)
 
 
+def _resolution_changed(old: Body | None, new: Body) -> bool:
+    """A ServiceBackend's ``ResolvedRefs`` status or reason changed."""
+    if old is None:
+        return False  # the Kind-like generation source covers creation
+    before, after = conditions.of(old, api.RESOLVED_REFS), conditions.of(new, api.RESOLVED_REFS)
+    return _reason(before) != _reason(after)
+
+
+def _reason(condition: api.Condition | None) -> tuple[str, str] | None:
+    return None if condition is None else (condition["status"], condition["reason"])
+
+
 def _summary(condition: api.Condition | None) -> tuple[str, str] | None:
     return None if condition is None else (condition["status"], condition["message"])
 
@@ -245,6 +257,13 @@ def register(
         )
     )
     c.watch(sources.Mapped(policies, routes_of_policy, _spec_or_ready_status_changed))
+    # A backend's resolution (ResolvedRefs) changing is a second word that its policy appeared,
+    # went or changed readiness: it costs a route reconcile only when resolution changes.
+    c.watch(
+        sources.Mapped(
+            backends, lambda b: routes_of_backends([objects.key_of(b)]), _resolution_changed
+        )
+    )
     c.watch(sources.Mapped(managed, routes_of_derived_secret))
 
 
