@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, cast
 
 from controllers.reconcilers import api
-from controllers.reconcilers.sources import CredentialSource
+from controllers.reconcilers.credentialsources import CredentialSource
 from controllers.runtime import objects
 
 POLICY_BY_SECRET = "policy-by-secret"  # noqa: S105 - an index name

@@ -28,13 +28,13 @@ import structlog
 
 from controllers.reconcilers import api, conditions, derived, echoes, status
 from controllers.reconcilers.conditions import false, true
-from controllers.reconcilers.metrics import CredentialMetrics
-from controllers.reconcilers.sources import (
+from controllers.reconcilers.credentialsources import (
     CredentialSource,
-    MintContext,
+    SourceContext,
     UnsupportedSource,
     rotation_settings,
 )
+from controllers.reconcilers.metrics import CredentialMetrics
 from controllers.runtime import apply, events, objects
 from controllers.runtime import client as clients
 from controllers.runtime import clock as clocks
@@ -99,7 +99,7 @@ class PolicyReconciler:
         now = self._clock.now()
         served = derived.read(self._managed.get(self._derived_key(policy)))
         self._observe(policy, served)
-        ctx = MintContext(
+        ctx = SourceContext(
             policy,
             self._secret_getter(request.namespace),
             now=now,
@@ -113,7 +113,7 @@ class PolicyReconciler:
             )
             return self._failed(policy, unsupported, ctx)
         self._ensure_finalizer(policy, source)
-        minted = source.mints(policy["spec"])
+        minted = source.calls_provider(policy["spec"])
         why = refresh_reason(policy, served, source, ctx) if minted else "copy"
         if why is None:
             assert served is not None
@@ -121,7 +121,7 @@ class PolicyReconciler:
         return self._refresh(
             policy,
             source,
-            MintContext(**{**ctx.__dict__, "forced": why not in ("due", "copy")}),
+            SourceContext(**{**ctx.__dict__, "forced": why not in ("due", "copy")}),
             why=why,
             minted=minted,
         )
@@ -130,7 +130,7 @@ class PolicyReconciler:
         self,
         policy: api.Policy,
         source: CredentialSource,
-        ctx: MintContext,
+        ctx: SourceContext,
         *,
         why: str,
         minted: bool,
@@ -164,7 +164,7 @@ class PolicyReconciler:
         credential: Credential,
         *,
         minted: bool,
-        ctx: MintContext,
+        ctx: SourceContext,
     ) -> Result:
         answered = (objects.meta(policy).get("annotations") or {}).get(
             api.ROTATE_REQUESTED_ANNOTATION
@@ -181,7 +181,9 @@ class PolicyReconciler:
             raise
         return self._serving(policy, source, credential, change, ctx)
 
-    def _discard(self, source: CredentialSource, credential: Credential, ctx: MintContext) -> None:
+    def _discard(
+        self, source: CredentialSource, credential: Credential, ctx: SourceContext
+    ) -> None:
         try:
             source.discard(ctx, credential)
         except Exception as exc:  # the next rotation converges what is left (level-triggered)
@@ -204,10 +206,10 @@ class PolicyReconciler:
         return version != (objects.meta(cached).get("resourceVersion") if cached else None)
 
     def _mint(
-        self, policy: api.Policy, source: CredentialSource, ctx: MintContext
+        self, policy: api.Policy, source: CredentialSource, ctx: SourceContext
     ) -> Credential | errors.CredentialError:
         try:
-            return source.mint(ctx)
+            return source.obtain(ctx)
         except errors.CredentialError as exc:
             return exc
         except Exception as exc:  # a provider error we failed to map: a bug, not a reason to loop
@@ -295,12 +297,12 @@ class PolicyReconciler:
         source: CredentialSource,
         credential: Credential,
         change: Change,
-        ctx: MintContext,
+        ctx: SourceContext,
     ) -> Result:
         now = ctx.now
         due = (
-            due_at(source, MintContext(**{**ctx.__dict__, "current": credential}))
-            if source.mints(policy["spec"])
+            due_at(source, SourceContext(**{**ctx.__dict__, "current": credential}))
+            if source.calls_provider(policy["spec"])
             else None
         )
         name = api.derived_secret_name(objects.name(policy))
@@ -358,7 +360,9 @@ class PolicyReconciler:
         )
         return Result(requeue_after=max(0.001, due - now)) if due is not None else Result()
 
-    def _failed(self, policy: api.Policy, exc: errors.CredentialError, ctx: MintContext) -> Result:
+    def _failed(
+        self, policy: api.Policy, exc: errors.CredentialError, ctx: SourceContext
+    ) -> Result:
         now = ctx.now
         old: dict[str, Any] = dict(policy.get("status") or {})
         attempts = int(old.get("failedAttempts") or 0) + 1
@@ -378,7 +382,7 @@ class PolicyReconciler:
         if valid and expires_at is not None:
             delay = min(delay, max(0.001, expires_at - now))  # turn Expired on time
         retry = f"retrying at {clocks.rfc3339(now + delay)}"
-        if valid and source_mints(self._sources, policy):
+        if valid and source_calls_provider(self._sources, policy):
             until = f"valid until {clocks.rfc3339(expires_at)}" if expires_at else "still valid"
             ready = true(
                 api.READY,
@@ -402,7 +406,7 @@ class PolicyReconciler:
             renews_at=now + delay,
         )
         self._write_status(policy, fields, [accepted, ready], now)
-        if attempts == 1 and source_mints(self._sources, policy):
+        if attempts == 1 and source_calls_provider(self._sources, policy):
             self._recorder.event(policy, events.WARNING, "RotationFailed", f"{exc}; {retry}")
         log.warning(
             "policy.credentials_failed",
@@ -481,7 +485,7 @@ class PolicyReconciler:
                 )
             else:
                 served = derived.read(self._managed.get(self._derived_key(policy)))
-                ctx = MintContext(
+                ctx = SourceContext(
                     policy,
                     self._secret_getter(objects.namespace(policy)),
                     now=now,
@@ -550,14 +554,14 @@ def whole_seconds(credential: Credential) -> Credential:
     )
 
 
-def due_at(source: CredentialSource, ctx: MintContext) -> float | None:
+def due_at(source: CredentialSource, ctx: SourceContext) -> float | None:
     """The source's due time in whole seconds (rounded down: never later), as status shows it."""
     due = source.due_at(ctx)
     return None if due is None else float(math.floor(due))
 
 
 def renew_before_condition(
-    policy: api.Policy, credential: Credential, ctx: MintContext
+    policy: api.Policy, credential: Credential, ctx: SourceContext
 ) -> conditions.Cond | None:
     """``RenewBeforeHonored`` for a credential that expires: False when ``spec.rotation`` asks
     for a refresh before the renewal floor and the floor is used instead (see
@@ -593,7 +597,7 @@ def renew_before_condition(
 
 
 def refresh_reason(
-    policy: api.Policy, served: derived.Served | None, source: CredentialSource, ctx: MintContext
+    policy: api.Policy, served: derived.Served | None, source: CredentialSource, ctx: SourceContext
 ) -> str | None:
     """Why a minted credential must be replaced now, or None to keep serving it."""
     if served is None:
@@ -611,6 +615,6 @@ def refresh_reason(
     return None
 
 
-def source_mints(sources: Mapping[str, CredentialSource], policy: api.Policy) -> bool:
+def source_calls_provider(sources: Mapping[str, CredentialSource], policy: api.Policy) -> bool:
     source = sources.get(policy["spec"]["type"])
-    return source is not None and source.mints(policy["spec"])
+    return source is not None and source.calls_provider(policy["spec"])

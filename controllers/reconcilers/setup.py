@@ -28,14 +28,14 @@ from typing import Any
 
 from controllers.reconcilers import api, conditions, echoes, indexes, secretviews
 from controllers.reconcilers.backend import BackendReconciler
+from controllers.reconcilers.credentialsources import CredentialSource
+from controllers.reconcilers.credentialsources.apikey import APIKeySource
+from controllers.reconcilers.credentialsources.aws import AWSCredentialsSource
+from controllers.reconcilers.credentialsources.azure import AzureCredentialsSource
+from controllers.reconcilers.credentialsources.gcp import GCPCredentialsSource
 from controllers.reconcilers.metrics import CredentialMetrics
 from controllers.reconcilers.policy import PolicyReconciler
 from controllers.reconcilers.route import RouteReconciler
-from controllers.reconcilers.sources import CredentialSource
-from controllers.reconcilers.sources.apikey import APIKeySource
-from controllers.reconcilers.sources.aws import AWSCredentialsSource
-from controllers.reconcilers.sources.azure import AzureCredentialsSource
-from controllers.reconcilers.sources.gcp import GCPCredentialsSource
 from controllers.reconcilers.tokens import ServiceAccountTokens
 from controllers.runtime import clock as clocks
 from controllers.runtime import objects, sources

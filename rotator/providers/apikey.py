@@ -10,7 +10,7 @@ from rotator.credentials import Credential
 DATA_KEY = "apiKey"
 
 
-def mint(source: Mapping[str, bytes], *, key: str, secret_name: str) -> Credential:
+def copy_key(source: Mapping[str, bytes], *, key: str, secret_name: str) -> Credential:
     """The key from ``source[key]``, trimmed of surrounding whitespace (a pasted newline)."""
     if key not in source:
         raise errors.MissingKey(f"Secret {secret_name} has no key {key!r}")

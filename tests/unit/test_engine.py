@@ -36,18 +36,18 @@ def test_content_hash_is_stable_and_sensitive() -> None:
 
 
 def test_api_key_is_trimmed_and_checked() -> None:
-    assert apikey.mint({"apiKey": b" sk-1\n"}, key="apiKey", secret_name="s").data == {
+    assert apikey.copy_key({"apiKey": b" sk-1\n"}, key="apiKey", secret_name="s").data == {
         "apiKey": b"sk-1"
     }
     with pytest.raises(errors.MissingKey, match="Secret s has no key 'apiKey'"):
-        apikey.mint({}, key="apiKey", secret_name="s")
+        apikey.copy_key({}, key="apiKey", secret_name="s")
     with pytest.raises(errors.InvalidInput, match="several lines"):
-        apikey.mint({"apiKey": b"a\nb"}, key="apiKey", secret_name="s")
+        apikey.copy_key({"apiKey": b"a\nb"}, key="apiKey", secret_name="s")
 
 
 def test_aws_file_picks_the_profile_and_adds_the_region() -> None:
     text = f"[default]\naws_access_key_id=A\naws_secret_access_key=B\n[p]\naws_access_key_id = AK\naws_secret_access_key = {SECRET}\naws_session_token = T\n"
-    c = aws_file.mint(
+    c = aws_file.copy_profile(
         {"credentials": text.encode()},
         key="credentials",
         profile="p",

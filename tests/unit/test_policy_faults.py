@@ -10,9 +10,9 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from controllers.reconcilers import api, derived, echoes
+from controllers.reconcilers.credentialsources import CredentialSource, SourceContext
 from controllers.reconcilers.metrics import CredentialMetrics
 from controllers.reconcilers.policy import PolicyReconciler
-from controllers.reconcilers.sources import CredentialSource, MintContext
 from controllers.runtime import client as clients
 from controllers.runtime import clock as clocks
 from controllers.runtime import events, objects
@@ -68,12 +68,12 @@ class ScriptedSource(CredentialSource):
 
     def __init__(self) -> None:
         self.outcome: Credential | errors.CredentialError = errors.ProviderUnavailable("STS down")
-        self.asked: list[MintContext] = []
+        self.asked: list[SourceContext] = []
 
-    def mints(self, spec: api.PolicySpec) -> bool:
+    def calls_provider(self, spec: api.PolicySpec) -> bool:
         return True
 
-    def mint(self, ctx: MintContext) -> Credential:
+    def obtain(self, ctx: SourceContext) -> Credential:
         self.asked.append(ctx)
         if isinstance(self.outcome, errors.CredentialError):
             raise self.outcome

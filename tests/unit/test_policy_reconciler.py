@@ -16,14 +16,14 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from controllers.reconcilers import api, derived, echoes, indexes, tokens
-from controllers.reconcilers.metrics import CredentialMetrics
-from controllers.reconcilers.policy import PolicyReconciler, refresh_reason
-from controllers.reconcilers.sources import (
-    MintContext,
+from controllers.reconcilers.credentialsources import (
     SecretNotFound,
+    SourceContext,
     UnsupportedSource,
     rotation_settings,
 )
+from controllers.reconcilers.metrics import CredentialMetrics
+from controllers.reconcilers.policy import PolicyReconciler, refresh_reason
 from controllers.runtime import client as clients
 from controllers.runtime import clock as clocks
 from controllers.runtime import errors as api_errors
@@ -89,20 +89,20 @@ class Source(ScriptedSource):
         self.is_idempotent = True
         self.finalizer_name: str | None = None
         self.release_error: errors.CredentialError | None = None
-        self.released: list[MintContext] = []
+        self.released: list[SourceContext] = []
         self.discarded: list[Credential] = []
         self.discard_error: Exception | None = None
         self.unexpected: Exception | None = None
         """Raised by :meth:`mint` instead of the outcome: an error the provider did not map."""
 
-    def mints(self, spec: api.PolicySpec) -> bool:
+    def calls_provider(self, spec: api.PolicySpec) -> bool:
         return self.minting
 
-    def mint(self, ctx: MintContext) -> Credential:
+    def obtain(self, ctx: SourceContext) -> Credential:
         if self.unexpected is not None:
             self.asked.append(ctx)
             raise self.unexpected
-        return super().mint(ctx)
+        return super().obtain(ctx)
 
     def idempotent(self, spec: api.PolicySpec) -> bool:
         return self.is_idempotent
@@ -113,12 +113,12 @@ class Source(ScriptedSource):
     def protected_secrets(self, spec: api.PolicySpec) -> list[str]:
         return [ADMIN_SECRET] if self.finalizer_name else []
 
-    def release(self, ctx: MintContext) -> None:
+    def release(self, ctx: SourceContext) -> None:
         self.released.append(ctx)
         if self.release_error is not None:
             raise self.release_error
 
-    def discard(self, ctx: MintContext, minted: Credential) -> None:
+    def discard(self, ctx: SourceContext, minted: Credential) -> None:
         self.discarded.append(minted)
         if self.discard_error is not None:
             raise self.discard_error
@@ -205,9 +205,9 @@ class World:
     def event_reasons(self) -> list[tuple[str, str]]:
         return [(t, r) for t, r, _ in self.events.events]
 
-    def context(self, credential: Credential | None) -> MintContext:
+    def context(self, credential: Credential | None) -> SourceContext:
         policy = cast(api.Policy, self.policy)
-        return MintContext(
+        return SourceContext(
             policy,
             lambda name: None,
             now=self.clock.now(),

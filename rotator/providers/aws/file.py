@@ -11,7 +11,7 @@ from rotator.credentials import Credential
 DATA_KEY = "credentials"
 
 
-def mint(
+def copy_profile(
     source: Mapping[str, bytes], *, key: str, profile: str, region: str, secret_name: str
 ) -> Credential:
     if key not in source:

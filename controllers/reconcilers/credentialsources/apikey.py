@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from controllers.reconcilers import api
-from controllers.reconcilers.sources import CredentialSource, MintContext
+from controllers.reconcilers.credentialsources import CredentialSource, SourceContext
 from rotator.credentials import Credential
 from rotator.providers import apikey
 
@@ -12,6 +12,6 @@ class APIKeySource(CredentialSource):
     def secret_refs(self, spec: api.PolicySpec) -> list[api.SecretRef]:
         return [spec["apiKey"]["secretRef"]] if "apiKey" in spec else []
 
-    def mint(self, ctx: MintContext) -> Credential:
+    def obtain(self, ctx: SourceContext) -> Credential:
         ref = ctx.policy["spec"]["apiKey"]["secretRef"]
-        return apikey.mint(ctx.secret(ref), key=ref["key"], secret_name=ref["name"])
+        return apikey.copy_key(ctx.secret(ref), key=ref["key"], secret_name=ref["name"])

@@ -1,10 +1,12 @@
 """Where credential providers plug into the policy reconciler: one :class:`CredentialSource` per
 policy ``type``, built in the composition root.
 
+(Credential sources, not the runtime's event sources of ``controllers.runtime.sources``.)
 A source names the Secrets a policy references (for the Secret → policy index and for
-resolution), says whether it *copies* (re-derived from those Secrets on every reconcile) or
-*mints* (a provider call, made only when needed), mints, says when its credential is next due,
-and gives back external resources when the policy goes. Adding a credential type is adding a
+resolution), says whether it *copies* the credential (re-derived from those Secrets on every
+reconcile) or *mints* one (:meth:`~CredentialSource.calls_provider`: a provider call, made only
+when needed), obtains it (:meth:`~CredentialSource.obtain`), says when it is next due, and gives
+back external resources when the policy goes. Adding a credential type is adding a
 source here and a provider in ``rotator.providers``; the reconciler does not change.
 
 One module per policy type: ``apikey``, ``aws``, ``gcp``, ``azure``.
@@ -26,7 +28,7 @@ class SecretNotFound(errors.InvalidInput):
 
 
 class UnsupportedSource(errors.InvalidInput):
-    """The spec is valid but this build of rotator cannot mint from that source."""
+    """The spec is valid but this build of rotator cannot obtain a credential from that source."""
 
     reason = "UnsupportedCredentialSource"
 
@@ -36,7 +38,7 @@ SecretGetter = Callable[[str], Mapping[str, str] | None]
 
 
 @dataclass(frozen=True)
-class MintContext:
+class SourceContext:
     """What the reconciler hands a source."""
 
     policy: api.Policy
@@ -90,13 +92,14 @@ class CredentialSource:
     def secret_refs(self, spec: api.PolicySpec) -> list[api.SecretRef]:
         return []
 
-    def mints(self, spec: api.PolicySpec) -> bool:
+    def calls_provider(self, spec: api.PolicySpec) -> bool:
         return False
 
-    def mint(self, ctx: MintContext) -> Credential:
+    def obtain(self, ctx: SourceContext) -> Credential:
+        """The credential to serve: copied from the referenced Secrets, or minted."""
         raise NotImplementedError
 
-    def due_at(self, ctx: MintContext) -> float | None:
+    def due_at(self, ctx: SourceContext) -> float | None:
         """When the served credential (``ctx.current``) must be replaced; None: never."""
         c = ctx.current
         if c is None or c.expires_at is None:
@@ -110,7 +113,7 @@ class CredentialSource:
         """A finalizer to hold the policy until :meth:`release` has run."""
         return None
 
-    def release(self, ctx: MintContext) -> None:
+    def release(self, ctx: SourceContext) -> None:
         """Gives back what the policy holds outside the cluster (it is being deleted)."""
 
     def idempotent(self, spec: api.PolicySpec) -> bool:
@@ -119,7 +122,7 @@ class CredentialSource:
         derived Secret, never on a cache that may not hold rotator's own last write yet."""
         return True
 
-    def discard(self, ctx: MintContext, minted: Credential) -> None:
+    def discard(self, ctx: SourceContext, minted: Credential) -> None:
         """Undoes a mint whose credential could not be served (writing the derived Secret
         failed): the compensation, run in the same reconcile."""
 
@@ -129,7 +132,7 @@ class CredentialSource:
         return []
 
 
-def oidc_client(ctx: MintContext, spec: api.OIDC) -> oidc.Client:
+def oidc_client(ctx: SourceContext, spec: api.OIDC) -> oidc.Client:
     return oidc.Client(
         issuer=spec["issuer"],
         client_id=spec["clientID"],

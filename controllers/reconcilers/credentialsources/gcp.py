@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from controllers.reconcilers import api
-from controllers.reconcilers.sources import CredentialSource, MintContext, oidc_client
+from controllers.reconcilers.credentialsources import CredentialSource, SourceContext, oidc_client
 from controllers.reconcilers.tokens import ServiceAccountTokens
 from rotator import oidc
 from rotator.credentials import Credential
@@ -37,10 +37,10 @@ class GCPCredentialsSource(CredentialSource):
             refs.append(exchange["oidc"]["clientSecretRef"])
         return refs
 
-    def mints(self, spec: api.PolicySpec) -> bool:
+    def calls_provider(self, spec: api.PolicySpec) -> bool:
         return "gcpCredentials" in spec
 
-    def mint(self, ctx: MintContext) -> Credential:
+    def obtain(self, ctx: SourceContext) -> Credential:
         gcp = ctx.policy["spec"]["gcpCredentials"]
         if "credentialsFile" in gcp:
             ref = gcp["credentialsFile"]["secretRef"]

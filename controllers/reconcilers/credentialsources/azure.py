@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from controllers.reconcilers import api
-from controllers.reconcilers.sources import CredentialSource, MintContext, oidc_client
+from controllers.reconcilers.credentialsources import CredentialSource, SourceContext, oidc_client
 from controllers.reconcilers.tokens import ServiceAccountTokens
 from rotator import oidc
 from rotator.credentials import Credential
@@ -29,10 +29,10 @@ class AzureCredentialsSource(CredentialSource):
             refs.append(azure["oidcExchangeToken"]["oidc"]["clientSecretRef"])
         return refs
 
-    def mints(self, spec: api.PolicySpec) -> bool:
+    def calls_provider(self, spec: api.PolicySpec) -> bool:
         return "azureCredentials" in spec
 
-    def mint(self, ctx: MintContext) -> Credential:
+    def obtain(self, ctx: SourceContext) -> Credential:
         azure = ctx.policy["spec"]["azureCredentials"]
         tenant, client, scope = azure["tenantID"], azure["clientID"], azure["scope"]
         if "clientSecretRef" in azure:

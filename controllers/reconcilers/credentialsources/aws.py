@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from controllers.reconcilers import api
-from controllers.reconcilers.sources import (
+from controllers.reconcilers.credentialsources import (
     CredentialSource,
-    MintContext,
+    SourceContext,
     UnsupportedSource,
     oidc_client,
 )
@@ -44,16 +44,16 @@ class AWSCredentialsSource(CredentialSource):
             refs.append(aws["iamAccessKey"]["secretRef"])
         return refs
 
-    def mints(self, spec: api.PolicySpec) -> bool:
+    def calls_provider(self, spec: api.PolicySpec) -> bool:
         return "awsCredentials" in spec and "credentialsFile" not in spec["awsCredentials"]
 
-    def mint(self, ctx: MintContext) -> Credential:
+    def obtain(self, ctx: SourceContext) -> Credential:
         aws = ctx.policy["spec"]["awsCredentials"]
         region = aws["region"]
         if "credentialsFile" in aws:
             file = aws["credentialsFile"]
             ref = file["secretRef"]
-            return aws_file.mint(
+            return aws_file.copy_profile(
                 ctx.secret(ref),
                 key=ref["key"],
                 profile=file["profile"],
@@ -84,7 +84,7 @@ class AWSCredentialsSource(CredentialSource):
             )
         raise UnsupportedSource("no AWS credential source is set")
 
-    def due_at(self, ctx: MintContext) -> float | None:
+    def due_at(self, ctx: SourceContext) -> float | None:
         if "iamAccessKey" not in ctx.policy["spec"].get("awsCredentials", {}):
             return super().due_at(ctx)
         times = [self._interval_due(ctx), iam.retire_due(ctx.current)]
@@ -93,18 +93,18 @@ class AWSCredentialsSource(CredentialSource):
     def finalizer(self, spec: api.PolicySpec) -> str | None:
         return api.FINALIZER_IAM_KEY if "iamAccessKey" in spec.get("awsCredentials", {}) else None
 
-    def release(self, ctx: MintContext) -> None:
+    def release(self, ctx: SourceContext) -> None:
         if (keys := self._iam_keys(ctx)) is not None:
             iam.release(self._clients, admin=keys[0], rotation=keys[1], current=ctx.current)
 
     def idempotent(self, spec: api.PolicySpec) -> bool:
         return "iamAccessKey" not in spec.get("awsCredentials", {})
 
-    def discard(self, ctx: MintContext, minted: Credential) -> None:
+    def discard(self, ctx: SourceContext, minted: Credential) -> None:
         if (keys := self._iam_keys(ctx)) is not None:
             iam.discard(self._clients, admin=keys[0], rotation=keys[1], minted=minted)
 
-    def _iam_keys(self, ctx: MintContext) -> tuple[formats.AWSKeys, iam.KeyRotation] | None:
+    def _iam_keys(self, ctx: SourceContext) -> tuple[formats.AWSKeys, iam.KeyRotation] | None:
         """The management identity and the rotation of an IAM key policy; None otherwise."""
         aws = ctx.policy["spec"].get("awsCredentials", {})
         if "iamAccessKey" not in aws:
@@ -119,7 +119,7 @@ class AWSCredentialsSource(CredentialSource):
         aws = spec.get("awsCredentials", {})
         return [aws["iamAccessKey"]["secretRef"]["name"]] if "iamAccessKey" in aws else []
 
-    def _interval_due(self, ctx: MintContext) -> float:
+    def _interval_due(self, ctx: SourceContext) -> float:
         c = ctx.current
         if c is None or c.issued_at is None:
             return ctx.now
@@ -131,7 +131,7 @@ class AWSCredentialsSource(CredentialSource):
         )
 
     def _assume(
-        self, ctx: MintContext, role_arn: str, duration: str, token: str, region: str
+        self, ctx: SourceContext, role_arn: str, duration: str, token: str, region: str
     ) -> Credential:
         return sts.assume_role_with_web_identity(
             self._clients,
@@ -143,7 +143,7 @@ class AWSCredentialsSource(CredentialSource):
         )
 
     @staticmethod
-    def _admin(ctx: MintContext, ref: api.SecretRef) -> formats.AWSKeys:
+    def _admin(ctx: SourceContext, ref: api.SecretRef) -> formats.AWSKeys:
         return formats.parse_aws_credentials(
             ctx.secret_text(ref),
             profile="default",
