@@ -463,10 +463,11 @@ def _watch_current(sock: socket.socket | None) -> None:
         watch.add(sock)
 
 
-class _WatchedHTTPConnection(urllib3.connection.HTTPConnection):
+class _Watched(urllib3.connection.HTTPConnection):
     """Hands its socket to the current exchange's watch: once connected (the connect itself is
     bounded by the connect timeout, the TLS handshake by one socket timeout in all), and at each
-    response (a pooled connection is reused without connecting)."""
+    response (a pooled connection is reused without connecting). Mixed into both connection
+    classes, before them in the MRO."""
 
     def connect(self) -> None:
         super().connect()
@@ -477,14 +478,12 @@ class _WatchedHTTPConnection(urllib3.connection.HTTPConnection):
         return super().getresponse()
 
 
-class _WatchedHTTPSConnection(urllib3.connection.HTTPSConnection):
-    def connect(self) -> None:
-        super().connect()
-        _watch_current(self.sock)
+class _WatchedHTTPConnection(_Watched):
+    pass
 
-    def getresponse(self) -> urllib3.response.HTTPResponse:  # type: ignore[override]
-        _watch_current(self.sock)
-        return super().getresponse()
+
+class _WatchedHTTPSConnection(_Watched, urllib3.connection.HTTPSConnection):
+    pass
 
 
 class _WatchedHTTPPool(urllib3.HTTPConnectionPool):

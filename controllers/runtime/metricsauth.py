@@ -25,7 +25,7 @@ import hashlib
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 import structlog
 
@@ -35,6 +35,9 @@ from controllers.runtime.backoff import Backoff
 from controllers.runtime.client import deadline
 from controllers.runtime.clock import Clock, RealClock
 from controllers.runtime.objects import Body, Resource
+
+K = TypeVar("K")
+V = TypeVar("V")
 
 log = structlog.get_logger(__name__)
 
@@ -95,8 +98,9 @@ class Verdict:
 ALLOWED = Verdict(200)
 
 
-class Authenticator:
-    """Bearer token → user, by TokenReview against the API server's default audiences."""
+class _CachedReviews(Generic[K, V]):
+    """What both reviewers hold: the review API, the options, and a bounded cache of verdicts
+    (each with its own time to live, set by the reviewer)."""
 
     def __init__(
         self,
@@ -109,9 +113,13 @@ class Authenticator:
         self._reviews = reviews
         self._options = options
         self._sleep = sleep
-        self._cache: caches.ExpiringCache[bytes, User | None] = caches.ExpiringCache(
+        self._cache: caches.ExpiringCache[K, V] = caches.ExpiringCache(
             options.max_entries, clock=clock
         )
+
+
+class Authenticator(_CachedReviews[bytes, "User | None"]):
+    """Bearer token → user, by TokenReview against the API server's default audiences."""
 
     def authenticate(self, token: str) -> User | None:
         """The token's user; None when the API server does not authenticate it. Raises
@@ -138,23 +146,8 @@ class Authenticator:
         ), self._options.authentication_ttl
 
 
-class Authorizer:
+class Authorizer(_CachedReviews["tuple[User, str, str]", "tuple[bool, str]"]):
     """(user, verb, non-resource path) → allowed, by SubjectAccessReview."""
-
-    def __init__(
-        self,
-        reviews: Reviews,
-        options: Options,
-        *,
-        clock: Clock,
-        sleep: Callable[[float], None],
-    ) -> None:
-        self._reviews = reviews
-        self._options = options
-        self._sleep = sleep
-        self._cache: caches.ExpiringCache[tuple[User, str, str], tuple[bool, str]] = (
-            caches.ExpiringCache(options.max_entries, clock=clock)
-        )
 
     def authorize(self, user: User, verb: str, path: str) -> tuple[bool, str]:
         """Whether ``user`` may ``verb`` the URL ``path``, and the API server's reason. Raises

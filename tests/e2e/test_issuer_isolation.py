@@ -19,21 +19,14 @@ from http.server import BaseHTTPRequestHandler
 
 import pytest
 
-from controllers.reconcilers import api as rapi
-from controllers.runtime import client as clients
-from controllers.runtime import clock as clocks
-from controllers.runtime import objects
-from controllers.runtime.informer import Informer
-from controllers.runtime.objects import Body
 from rotator import oidc
 from rotator_devkit.devenv.standins.oidc import OIDCIssuer
 from rotator_devkit.devenv.standins.sts import ASSUME, STSProxy
 from tests.e2e.test_aws import CLIENT_SECRET, oidc_source
 from tests.support.chain import AWSChain
 from tests.support.controller import ControllerProcess
-from tests.support.history import SecretHistory
+from tests.support.history import ScheduleHistory, SecretHistory
 from tests.support.polling import wait_for
-from tests.support.recording import LatestStates
 
 STALLED = 18
 """Policies on the trickling issuer: more than the 16 policy workers."""
@@ -72,41 +65,6 @@ class TricklingIssuer(OIDCIssuer):
         super().stop()
 
 
-class Schedules(LatestStates):
-    """Every (renewalTime, expirationTime) a policy's status announced, in order."""
-
-    def __init__(self, api: clients.Client, namespace: str) -> None:
-        self.lock = threading.Lock()
-        self.announced: dict[str, list[tuple[float, float]]] = {}
-        self._informer = Informer(api, rapi.POLICIES, namespaces=[namespace])
-        self._informer.add_handler(self)
-
-    def __enter__(self) -> Schedules:
-        self._informer.start()
-        self._informer.wait_for_sync(30)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._informer.stop()
-
-    def record(self, obj: Body) -> None:
-        status = obj.get("status") or {}
-        if not status.get("renewalTime") or not status.get("expirationTime"):
-            return
-        pair = (
-            clocks.parse_rfc3339(status["renewalTime"]),
-            clocks.parse_rfc3339(status["expirationTime"]),
-        )
-        with self.lock:
-            seen = self.announced.setdefault(objects.name(obj), [])
-            if not seen or seen[-1] != pair:
-                seen.append(pair)
-
-    def of(self, name: str) -> list[tuple[float, float]]:
-        with self.lock:
-            return list(self.announced.get(name, []))
-
-
 @pytest.fixture
 def trickling() -> Iterator[TricklingIssuer]:
     issuer = TricklingIssuer().start()
@@ -140,7 +98,10 @@ def test_a_trickling_issuer_stalls_only_its_own_policies(
         oidc_issuer.register(client, CLIENT_SECRET)
         chain.secret("oidc-client", **{"client-secret": CLIENT_SECRET})
         chain.secret("api-key", apiKey="sk-steady-000-5d1e0c")
-        with SecretHistory(chain.api, chain.ns) as history, Schedules(chain.api, chain.ns) as plan:
+        with (
+            SecretHistory(chain.api, chain.ns) as history,
+            ScheduleHistory(chain.api, chain.ns) as plan,
+        ):
             chain.api_key_policy("steady-key", secret="api-key", targets=[])
             chain.aws_policy("steady-sts", [], oidc_source(oidc_issuer, client))
             for name in ("steady-key", "steady-sts"):

@@ -1,5 +1,6 @@
-"""Every version of the derived Secrets in a namespace, as an informer saw them: for proving
-that each credential was replaced before it expired."""
+"""What rotator announced over time, as informers saw it: every version of the derived Secrets
+in a namespace (each credential was replaced before it expired), and every renewal schedule a
+policy's status announced."""
 
 from __future__ import annotations
 
@@ -11,9 +12,8 @@ from controllers.reconcilers import api as rapi
 from controllers.runtime import client as clients
 from controllers.runtime import clock as clocks
 from controllers.runtime import objects
-from controllers.runtime.informer import Informer
 from controllers.runtime.objects import Body
-from tests.support.recording import LatestStates
+from tests.support.recording import WatchedStates
 
 
 @dataclass(frozen=True)
@@ -24,22 +24,11 @@ class Version:
     issued_at: float | None = None
 
 
-class SecretHistory(LatestStates):
+class SecretHistory(WatchedStates):
     def __init__(self, api: clients.Client, namespace: str) -> None:
         self._lock = threading.Lock()
         self.versions: dict[str, list[Version]] = {}
-        self._informer = Informer(
-            api, objects.SECRETS, namespaces=[namespace], label_selector="rotator.dev/policy"
-        )
-        self._informer.add_handler(self)
-
-    def __enter__(self) -> SecretHistory:
-        self._informer.start()
-        self._informer.wait_for_sync(30)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._informer.stop()
+        super().__init__(api, objects.SECRETS, namespace, label_selector="rotator.dev/policy")
 
     def record(self, obj: Body) -> None:
         annotations = objects.meta(obj).get("annotations") or {}
@@ -65,3 +54,29 @@ class SecretHistory(LatestStates):
 
     def count(self, policy: str) -> int:
         return len(self.of(policy))
+
+
+class ScheduleHistory(WatchedStates):
+    """Every (renewalTime, expirationTime) a policy's status announced, in order."""
+
+    def __init__(self, api: clients.Client, namespace: str) -> None:
+        self._lock = threading.Lock()
+        self.announced: dict[str, list[tuple[float, float]]] = {}
+        super().__init__(api, rapi.POLICIES, namespace)
+
+    def record(self, obj: Body) -> None:
+        status = obj.get("status") or {}
+        if not status.get("renewalTime") or not status.get("expirationTime"):
+            return
+        pair = (
+            clocks.parse_rfc3339(status["renewalTime"]),
+            clocks.parse_rfc3339(status["expirationTime"]),
+        )
+        with self._lock:
+            seen = self.announced.setdefault(objects.name(obj), [])
+            if not seen or seen[-1] != pair:
+                seen.append(pair)
+
+    def of(self, name: str) -> list[tuple[float, float]]:
+        with self._lock:
+            return list(self.announced.get(name, []))

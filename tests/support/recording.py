@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from controllers.runtime.objects import Body
+from typing import Self
+
+from controllers.runtime import client as clients
+from controllers.runtime.informer import Informer
+from controllers.runtime.objects import Body, Resource
 
 
 class LatestStates:
@@ -20,6 +24,32 @@ class LatestStates:
 
     def record(self, obj: Body) -> None:
         raise NotImplementedError
+
+
+class WatchedStates(LatestStates):
+    """A recorder with its own informer over one namespace: ``with`` starts it and waits for its
+    first list, so nothing that happens inside the block is missed."""
+
+    def __init__(
+        self,
+        api: clients.Client,
+        resource: Resource,
+        namespace: str,
+        *,
+        label_selector: str | None = None,
+    ) -> None:
+        self._informer = Informer(
+            api, resource, namespaces=[namespace], label_selector=label_selector
+        )
+        self._informer.add_handler(self)
+
+    def __enter__(self) -> Self:
+        self._informer.start()
+        self._informer.wait_for_sync(30)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._informer.stop()
 
 
 def percentile(values: list[float], p: float) -> float:
