@@ -29,22 +29,40 @@ class Bulkhead:
         with self._lock:
             return self._in_flight
 
+    @property
+    def wait(self) -> float:
+        """Seconds a caller waits for a slot unless it says otherwise."""
+        return self._wait
+
+    def acquire(self, *, wait: float | None = None) -> None:
+        """Takes a slot, waiting up to ``wait`` seconds (the default wait if None); raises
+        :class:`~rotator.errors.ProviderUnavailable` (code ``BulkheadFull``) when none frees.
+
+        Pair with :meth:`release`, which may be called from another thread: a call that runs
+        on a worker thread gives its slot back when it really ends, not when its caller stops
+        waiting for it."""
+        if not self._slots.acquire(timeout=max(0.0, self._wait if wait is None else wait)):
+            raise errors.ProviderUnavailable(
+                f"{self._limit} calls to {self.name} already in flight; it is slow or unreachable",
+                code="BulkheadFull",
+            )
+        with self._lock:
+            self._in_flight += 1
+
+    def release(self) -> None:
+        with self._lock:
+            self._in_flight -= 1
+        self._slots.release()
+
     @contextmanager
     def slot(self, *, wait: float | None = None) -> Iterator[None]:
         """Holds a slot for the ``with`` block. ``wait`` (seconds) replaces the default wait for
         this call: a caller with a deadline waits no longer than what is left of it."""
-        if not self._slots.acquire(timeout=max(0.0, self._wait if wait is None else wait)):
-            raise errors.ProviderUnavailable(
-                f"{self._limit} calls to {self.name} already in flight; it is slow or unreachable"
-            )
-        with self._lock:
-            self._in_flight += 1
+        self.acquire(wait=wait)
         try:
             yield
         finally:
-            with self._lock:
-                self._in_flight -= 1
-            self._slots.release()
+            self.release()
 
 
 class Bulkheads:

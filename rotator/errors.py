@@ -12,8 +12,10 @@
 
 Every message is safe to show a user: it names what is wrong and where, never a secret value.
 ``reason`` is the PascalCase condition reason the controller reports. ``code`` is the provider's
-own error code (``NoSuchEntity``, ``Throttling``…) when a provider answered with one, so that
-callers branch on it rather than search the message.
+own error code (``NoSuchEntity``, ``Throttling``, ``invalid_grant``, ``AADSTS7000215``…) when a
+provider answered with one, else what happened instead (an exception's type name such as
+``EndpointConnectionError``, ``DeadlineExceeded``, ``BulkheadFull``), so that callers branch on
+it rather than search the message. Every call through :mod:`rotator.providercalls` sets it.
 """
 
 from __future__ import annotations

@@ -12,7 +12,8 @@ from typing import Protocol
 class Observer(Protocol):
     def provider_request(self, *, provider: str, call: str, code: str) -> None:
         """One call to ``provider`` (``aws-sts``, ``oidc``…), ended with ``code`` (an HTTP status,
-        a provider error code, or an exception name)."""
+        a provider error code, an exception name, or ``DeadlineExceeded``): exactly one per
+        call that reached the provider (:mod:`rotator.providercalls`)."""
         ...
 
 

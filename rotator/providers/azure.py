@@ -5,16 +5,16 @@ Instance discovery is off: the authority host is the one configured, public clou
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
-from contextlib import contextmanager
+import time
+from collections.abc import Callable
 
 from azure.core.exceptions import AzureError, ClientAuthenticationError
 from azure.identity import ClientAssertionCredential, ClientSecretCredential
 
-from rotator import errors
-from rotator.bulkhead import Bulkhead
+from rotator import providercalls
 from rotator.credentials import Credential
 from rotator.observe import Observer
+from rotator.providercalls import Failure, ProviderCalls
 
 PROVIDER = "azure-ad"
 DATA_KEY = "azureAccessToken"
@@ -22,6 +22,8 @@ DEFAULT_AUTHORITY = "login.microsoftonline.com"
 
 
 class Azure:
+    """Token requests to one authority host, each fenced by :mod:`rotator.providercalls`."""
+
     def __init__(
         self,
         observer: Observer,
@@ -29,11 +31,20 @@ class Azure:
         authority_host: str = DEFAULT_AUTHORITY,
         timeout: float = 10.0,
         concurrency: int = 4,
+        deadline: float = providercalls.DEADLINE,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._observer = observer
         self._authority = authority_host
         self._timeout = timeout
-        self._bulkhead = Bulkhead(PROVIDER, limit=concurrency)
+        self._calls = ProviderCalls(
+            PROVIDER,
+            observer=observer,
+            classify=classify,
+            label="Azure AD",
+            concurrency=concurrency,
+            deadline=deadline,
+            monotonic=monotonic,
+        )
 
     def with_secret(
         self, *, tenant_id: str, client_id: str, client_secret: str, scope: str
@@ -61,36 +72,26 @@ class Azure:
     def _token(
         self, credential: ClientSecretCredential | ClientAssertionCredential, scope: str, call: str
     ) -> Credential:
-        with self._bulkhead.slot(), self._mapped(call):
-            token = credential.get_token(scope)
+        token = self._calls.run(call, lambda: credential.get_token(scope))
         return Credential({DATA_KEY: token.token.encode()}, expires_at=float(token.expires_on))
 
-    @contextmanager
-    def _mapped(self, call: str) -> Iterator[None]:
-        try:
-            yield
-        except ClientAuthenticationError as exc:
-            status = (
-                getattr(exc.response, "status_code", None) if exc.response is not None else None
-            )
-            aadsts = _aadsts(str(exc.message or ""))
-            code = aadsts or (str(status) if status else "unreachable")
-            self._observer.provider_request(provider=PROVIDER, call=call, code=code)
-            message = f"Azure AD {call} failed: {code}"
-            # MSAL reports Azure AD's verdict (an AADSTS code) without the HTTP response: that is
-            # a refusal; no code and no status means it never got an answer.
-            rejected = (aadsts is not None and (status is None or status < 500)) or (
-                status is not None and 400 <= status < 500 and status != 429
-            )
-            if rejected:
-                raise errors.ProviderRejected(message) from None
-            raise errors.ProviderUnavailable(message) from None
-        except AzureError as exc:
-            self._observer.provider_request(provider=PROVIDER, call=call, code=type(exc).__name__)
-            raise errors.ProviderUnavailable(
-                f"Azure AD {call} failed: {type(exc).__name__}"
-            ) from None
-        self._observer.provider_request(provider=PROVIDER, call=call, code="200")
+
+def classify(exc: Exception) -> Failure | None:
+    """azure-identity's errors. An authentication error's code is its AADSTS code, else its HTTP
+    status, else ``unreachable``: MSAL reports Azure AD's verdict (an AADSTS code) without the
+    HTTP response, and that is a refusal; so is a 4xx but 429; no code and no status means it
+    never got an answer (transient), like any other ``AzureError`` (coded by its type name)."""
+    if isinstance(exc, ClientAuthenticationError):
+        status = getattr(exc.response, "status_code", None) if exc.response is not None else None
+        aadsts = _aadsts(str(exc.message or ""))
+        code = aadsts or (str(status) if status else "unreachable")
+        rejected = (aadsts is not None and (status is None or status < 500)) or (
+            status is not None and 400 <= status < 500 and status != 429
+        )
+        return Failure(code, transient=not rejected)
+    if isinstance(exc, AzureError):
+        return Failure(type(exc).__name__, transient=True)
+    return None
 
 
 def _aadsts(message: str) -> str | None:

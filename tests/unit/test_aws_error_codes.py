@@ -1,9 +1,10 @@
-"""A botocore error keeps its provider code on the engine's error, and IAM key deletion treats
-``NoSuchEntity`` (the key is already gone) as done by that code, not by searching the message."""
+"""A botocore error keeps its provider code on the engine's error (a connection failure its type
+name), and IAM key deletion treats ``NoSuchEntity`` (the key is already gone) as done by that
+code, not by searching the message."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NoReturn
 
 import botocore.exceptions
 import pytest
@@ -22,6 +23,13 @@ def client_error(code: str, status: int, message: str = "") -> botocore.exceptio
     return botocore.exceptions.ClientError(response, "DeleteAccessKey")
 
 
+def raising(exc: Exception) -> Any:
+    def call() -> NoReturn:
+        raise exc
+
+    return call
+
+
 @pytest.mark.parametrize(
     ("code", "status", "kind"),
     [
@@ -35,16 +43,19 @@ def test_a_mapped_client_error_carries_the_provider_code(
     code: str, status: int, kind: type[errors.CredentialError]
 ) -> None:
     clients = Clients(NoObserver())
-    with pytest.raises(kind) as raised, clients.call("aws-iam", "DeleteAccessKey"):
-        raise client_error(code, status)
+    with pytest.raises(kind) as raised:
+        clients.run("aws-iam", "DeleteAccessKey", raising(client_error(code, status)))
     assert raised.value.code == code
+    assert str(raised.value) == f"aws-iam DeleteAccessKey failed: {code}"
 
 
-def test_a_connection_failure_has_no_provider_code() -> None:
+def test_a_connection_failure_is_coded_by_its_type() -> None:
     clients = Clients(NoObserver())
-    with pytest.raises(errors.ProviderUnavailable) as raised, clients.call("aws-sts", "Call"):
-        raise botocore.exceptions.EndpointConnectionError(endpoint_url="https://sts.invalid")
-    assert raised.value.code is None
+    failure = botocore.exceptions.EndpointConnectionError(endpoint_url="https://sts.invalid")
+    with pytest.raises(errors.ProviderUnavailable) as raised:
+        clients.run("aws-sts", "Call", raising(failure))
+    assert raised.value.code == "EndpointConnectionError"
+    assert str(raised.value) == "aws-sts Call failed: EndpointConnectionError"
 
 
 class FakeIAM:

@@ -1,4 +1,5 @@
-"""boto3 clients with timeouts, and botocore errors mapped once into the engine's error tree.
+"""boto3 clients with timeouts, and calls to them fenced by :mod:`rotator.providercalls` (bulkhead,
+deadline, one observation) with botocore's errors classified here (:func:`classify`).
 
 Endpoints follow boto3's own configuration: ``AWS_ENDPOINT_URL_STS`` / ``AWS_ENDPOINT_URL_IAM``
 (or ``AWS_ENDPOINT_URL``) point rotator at private endpoints or, in tests, at moto.
@@ -7,18 +8,20 @@ Endpoints follow boto3's own configuration: ``AWS_ENDPOINT_URL_STS`` / ``AWS_END
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import Any
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import boto3
 import botocore.config
 import botocore.exceptions
 from botocore import UNSIGNED
 
-from rotator import errors
-from rotator.bulkhead import Bulkhead
+from rotator import providercalls
 from rotator.observe import Observer
+from rotator.providercalls import Failure, ProviderCalls
+
+T = TypeVar("T")
 
 # Throttling, server-side trouble and not-yet-consistent identities are worth retrying; anything
 # else (access denied, invalid role or token, malformed input) fails the same way next time.
@@ -48,10 +51,19 @@ _CONFIG = botocore.config.Config(
 class Clients:
     """Thread-safe cache of boto3 clients (creating one costs ~50 ms; a client is reusable)."""
 
-    def __init__(self, observer: Observer, *, concurrency: int = 4) -> None:
+    def __init__(
+        self,
+        observer: Observer,
+        *,
+        concurrency: int = 4,
+        deadline: float = providercalls.DEADLINE,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.observer = observer
         self._concurrency = concurrency
-        self._bulkheads: dict[str, Bulkhead] = {}
+        self._deadline = deadline
+        self._monotonic = monotonic
+        self._calls: dict[str, ProviderCalls] = {}
         self._lock = threading.Lock()
         self._session = boto3.session.Session()
         self._clients: dict[tuple[str, str, str], Any] = {}
@@ -87,31 +99,31 @@ class Clients:
                 config=_CONFIG,
             )
 
-    @contextmanager
-    def call(self, provider: str, call: str) -> Iterator[None]:
-        """Holds a slot of the provider's bulkhead, reports the call, maps what botocore raises."""
+    def run(self, provider: str, call: str, fn: Callable[[], T], *, abandon: bool = True) -> T:
+        """``fn()`` (a call of a client of ``provider``, ``aws-sts`` or ``aws-iam``) fenced by the
+        provider's bulkhead and deadline (:meth:`ProviderCalls.run`, ``abandon`` included)."""
         with self._lock:
-            bulkhead = self._bulkheads.setdefault(
-                provider, Bulkhead(provider, limit=self._concurrency)
-            )
-        with bulkhead.slot(), self._mapped(provider, call):
-            yield
+            calls = self._calls.get(provider)
+            if calls is None:
+                calls = self._calls[provider] = ProviderCalls(
+                    provider,
+                    observer=self.observer,
+                    classify=classify,
+                    concurrency=self._concurrency,
+                    deadline=self._deadline,
+                    monotonic=self._monotonic,
+                )
+        return calls.run(call, fn, abandon=abandon)
 
-    @contextmanager
-    def _mapped(self, provider: str, call: str) -> Iterator[None]:
-        try:
-            yield
-        except botocore.exceptions.ClientError as exc:
-            code = str(exc.response.get("Error", {}).get("Code", "Unknown"))
-            status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
-            self.observer.provider_request(provider=provider, call=call, code=code)
-            message = f"{provider} {call} failed: {code}"
-            if code in TRANSIENT_CODES or status >= 500 or status == 429:
-                raise errors.ProviderUnavailable(message, code=code) from None
-            raise errors.ProviderRejected(message, code=code) from None
-        except (botocore.exceptions.BotoCoreError, OSError) as exc:
-            self.observer.provider_request(provider=provider, call=call, code=type(exc).__name__)
-            raise errors.ProviderUnavailable(
-                f"{provider} {call} failed: {type(exc).__name__}"
-            ) from None
-        self.observer.provider_request(provider=provider, call=call, code="200")
+
+def classify(exc: Exception) -> Failure | None:
+    """A botocore error's code (the provider's, else the exception's type name): throttling,
+    5xx, 429 and :data:`TRANSIENT_CODES` are transient; any other answer is a refusal; no
+    answer (connection failure, timeout) is transient."""
+    if isinstance(exc, botocore.exceptions.ClientError):
+        code = str(exc.response.get("Error", {}).get("Code", "Unknown"))
+        status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+        return Failure(code, code in TRANSIENT_CODES or status >= 500 or status == 429)
+    if isinstance(exc, botocore.exceptions.BotoCoreError | OSError):
+        return Failure(type(exc).__name__, transient=True)
+    return None

@@ -100,8 +100,13 @@ def rotate(
             f"{', '.join(sorted(existing))}, and rotator deletes neither the served key nor the "
             "management identity's; use a management identity of another user"
         )
-    with clients.call(PROVIDER, "CreateAccessKey"):
-        created = iam.create_access_key(UserName=rotation.user)["AccessKey"]
+    # never abandoned to the deadline: the key would be live and nobody would know its id
+    created = clients.run(
+        PROVIDER,
+        "CreateAccessKey",
+        lambda: iam.create_access_key(UserName=rotation.user)["AccessKey"],
+        abandon=False,
+    )
     keys = formats.AWSKeys(created["AccessKeyId"], created["SecretAccessKey"])
     try:
         sts.caller_arn(clients, keys, region=rotation.region)
@@ -151,8 +156,11 @@ def _converge(
     Level-triggered: rotator owns the dedicated user's key set and brings it to {served,
     retiring} on every rotation, so no failure can leave a key behind for ever.
     """
-    with clients.call(PROVIDER, "ListAccessKeys"):
-        listed = iam.list_access_keys(UserName=user)["AccessKeyMetadata"]
+    listed = clients.run(
+        PROVIDER,
+        "ListAccessKeys",
+        lambda: iam.list_access_keys(UserName=user)["AccessKeyMetadata"],
+    )
     left = []
     for key_id in (str(k["AccessKeyId"]) for k in listed):
         if key_id in keep or key_id == admin.access_key_id:
@@ -162,10 +170,13 @@ def _converge(
     return left
 
 
-def _delete(clients: Clients, iam: object, user: str, key_id: str) -> None:
+def _delete(clients: Clients, iam: Any, user: str, key_id: str) -> None:
     try:
-        with clients.call(PROVIDER, "DeleteAccessKey"):
-            iam.delete_access_key(UserName=user, AccessKeyId=key_id)  # type: ignore[attr-defined]
+        clients.run(
+            PROVIDER,
+            "DeleteAccessKey",
+            lambda: iam.delete_access_key(UserName=user, AccessKeyId=key_id),
+        )
     except errors.ProviderRejected as exc:
         if exc.code != "NoSuchEntity":  # already gone: deleting is done
             raise

@@ -30,13 +30,16 @@ def assume_role_with_web_identity(
     region: str,
 ) -> Credential:
     sts = clients.unsigned_sts(region)
-    with clients.call(PROVIDER, "AssumeRoleWithWebIdentity"):
-        response = sts.assume_role_with_web_identity(
+    response = clients.run(
+        PROVIDER,
+        "AssumeRoleWithWebIdentity",
+        lambda: sts.assume_role_with_web_identity(
             RoleArn=role_arn,
             RoleSessionName=session,
             WebIdentityToken=web_identity_token,
             DurationSeconds=duration_seconds,
-        )
+        ),
+    )
     c = response["Credentials"]
     expiration: datetime = c["Expiration"]
     keys = formats.AWSKeys(c["AccessKeyId"], c["SecretAccessKey"], c["SessionToken"])
@@ -49,5 +52,4 @@ def caller_arn(clients: Clients, keys: formats.AWSKeys, *, region: str) -> str:
     sts = clients.signed(
         "sts", region, keys.access_key_id, keys.secret_access_key, keys.session_token
     )
-    with clients.call(PROVIDER, "GetCallerIdentity"):
-        return str(sts.get_caller_identity()["Arn"])
+    return str(clients.run(PROVIDER, "GetCallerIdentity", sts.get_caller_identity)["Arn"])

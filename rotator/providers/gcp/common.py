@@ -1,27 +1,42 @@
-"""What GCP providers share: endpoints, an HTTP transport with a timeout, and google-auth errors
-mapped once into the engine's error tree (messages keep the OAuth error code, never a body)."""
+"""What GCP providers share: endpoints, an HTTP transport with a timeout whose calls are fenced by
+:mod:`rotator.providercalls` (bulkhead, deadline, one observation), and google-auth's errors
+classified once (:func:`classify`: messages keep the OAuth error code, never a body)."""
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
-from contextlib import contextmanager
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import google.auth.exceptions
 import google.auth.transport.requests
 import requests
 
-from rotator import errors
-from rotator.bulkhead import Bulkhead
+from rotator import providercalls
 from rotator.observe import Observer
+from rotator.providercalls import Failure, ProviderCalls
 
 PROVIDER = "gcp"
 DATA_KEY = "gcpAccessToken"
 SCOPES = ("https://www.googleapis.com/auth/cloud-platform",)
+TRANSIENT_CODES = frozenset(
+    {
+        "temporarily_unavailable",
+        "internal_failure",
+        "unavailable",
+        # Google API statuses (``{"error": {"status": "UNAVAILABLE"}}``) of a 503, 500, 429, 504
+        "internal",
+        "resource_exhausted",
+        "deadline_exceeded",
+    }
+)
+"""Error codes worth retrying, compared in lower case (besides google-auth's ``retryable``)."""
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -56,33 +71,46 @@ class TimedRequest(google.auth.transport.requests.Request):
 
 
 class Transport:
-    def __init__(self, observer: Observer, *, timeout: float = 10.0, concurrency: int = 4) -> None:
+    """google-auth's HTTP transport (``request``) and the fence around every call made with it."""
+
+    def __init__(
+        self,
+        observer: Observer,
+        *,
+        timeout: float = 10.0,
+        concurrency: int = 4,
+        deadline: float = providercalls.DEADLINE,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.observer = observer
         self.request = TimedRequest(requests.Session(), timeout)
-        self._bulkhead = Bulkhead(PROVIDER, limit=concurrency)
+        self._calls = ProviderCalls(
+            PROVIDER,
+            observer=observer,
+            classify=classify,
+            label="GCP",
+            concurrency=concurrency,
+            deadline=deadline,
+            monotonic=monotonic,
+        )
 
-    @contextmanager
-    def call(self, call: str) -> Iterator[None]:
-        with self._bulkhead.slot():
-            try:
-                yield
-            except google.auth.exceptions.TransportError as exc:
-                self.observer.provider_request(
-                    provider=PROVIDER, call=call, code=type(exc).__name__
-                )
-                raise errors.ProviderUnavailable(f"GCP {call} failed: unreachable") from None
-            except google.auth.exceptions.GoogleAuthError as exc:  # RefreshError, OAuthError…
-                code = oauth_code(exc)
-                self.observer.provider_request(provider=PROVIDER, call=call, code=code)
-                message = f"GCP {call} failed: {code}"
-                if getattr(exc, "retryable", False) or code in (
-                    "temporarily_unavailable",
-                    "internal_failure",
-                    "unavailable",
-                ):
-                    raise errors.ProviderUnavailable(message) from None
-                raise errors.ProviderRejected(message) from None
-        self.observer.provider_request(provider=PROVIDER, call=call, code="200")
+    def run(self, call: str, fn: Callable[[], T]) -> T:
+        """``fn()`` (a refresh through :attr:`request`) fenced by GCP's bulkhead and deadline."""
+        return self._calls.run(call, fn)
+
+
+def classify(exc: Exception) -> Failure | None:
+    """google-auth's errors: no answer (``TransportError``) is transient and shown as
+    "unreachable"; an OAuth error is transient when google-auth says it is ``retryable`` or
+    its code is in :data:`TRANSIENT_CODES` (an STS or IAM credentials 5xx says
+    ``UNAVAILABLE``…), else a refusal."""
+    if isinstance(exc, google.auth.exceptions.TransportError):
+        return Failure(type(exc).__name__, transient=True, shown="unreachable")
+    if isinstance(exc, google.auth.exceptions.GoogleAuthError):  # RefreshError, OAuthError…
+        code = oauth_code(exc)
+        transient = bool(getattr(exc, "retryable", False)) or code.lower() in TRANSIENT_CODES
+        return Failure(code, transient)
+    return None
 
 
 def oauth_code(exc: google.auth.exceptions.GoogleAuthError) -> str:

@@ -54,8 +54,10 @@ def mint(
         service_account_impersonation_url=impersonation_url,
         scopes=list(SCOPES),
     )
-    with transport.call("generateAccessToken" if impersonate else "TokenExchange"):
-        credentials.refresh(transport.request)
+    transport.run(
+        "generateAccessToken" if impersonate else "TokenExchange",
+        lambda: credentials.refresh(transport.request),
+    )
     return Credential(
         {DATA_KEY: str(credentials.token).encode()}, expires_at=expiry_timestamp(credentials.expiry)
     )

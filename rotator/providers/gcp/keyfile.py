@@ -34,8 +34,7 @@ def mint(transport: Transport, *, key_json: str, where: str, endpoints: Endpoint
     except ValueError:
         # google-auth's message may quote the key; say only what is wrong and where
         raise errors.InvalidInput(f"{where} holds a private key that cannot be read") from None
-    with transport.call("ServiceAccountToken"):
-        credentials.refresh(transport.request)
+    transport.run("ServiceAccountToken", lambda: credentials.refresh(transport.request))
     return Credential(
         {DATA_KEY: str(credentials.token).encode()}, expires_at=expiry_timestamp(credentials.expiry)
     )

@@ -1,0 +1,431 @@
+"""rotator.providercalls, the one fence around every call to AWS, GCP and Azure: a call that
+outlasts its deadline is given up on but keeps its bulkhead slot until it really ends; a
+non-idempotent call is waited for; limit+1 callers leave one refused; each call is observed
+exactly once with its code; the engine's errors carry that code for all three providers; an
+exception no classifier knows propagates unchanged."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, NoReturn
+
+import botocore.exceptions
+import google.auth.exceptions
+import pytest
+from azure.core.exceptions import ClientAuthenticationError, ServiceRequestError
+
+from rotator import errors
+from rotator.providercalls import Failure, ProviderCalls
+from rotator.providers import azure
+from rotator.providers.aws.clients import Clients
+from rotator.providers.gcp import common as gcp_common
+from rotator.providers.gcp import federation
+from tests.support.polling import wait_for
+
+SECRET = "s3cr3t-never-shown-9d2c"
+SLACK = 5.0  # scheduling on a loaded 2-core machine; far below the 30 s a blocked call waits
+
+
+class Observed:
+    """An observer that keeps what it was told."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str, str]] = []
+        self._lock = threading.Lock()
+
+    def provider_request(self, *, provider: str, call: str, code: str) -> None:
+        with self._lock:
+            self.calls.append((provider, call, code))
+
+    def codes(self) -> list[str]:
+        with self._lock:
+            return [code for _, _, code in self.calls]
+
+
+class JumpingClock:
+    """A monotonic clock that moves ``step`` seconds at every read: the deadline has passed as
+    soon as the caller looks at it again, without any real waiting."""
+
+    def __init__(self, step: float) -> None:
+        self.now = 0.0
+        self.step = step
+
+    def __call__(self) -> float:
+        self.now += self.step
+        return self.now
+
+
+class Boom(Exception):
+    """An exception no classifier knows."""
+
+
+def by_type_name(exc: Exception) -> Failure | None:
+    """A classifier for these tests: LookupError is a refusal, OSError transient, else unknown."""
+    if isinstance(exc, LookupError):
+        return Failure("NotFound", transient=False)
+    if isinstance(exc, OSError):
+        return Failure(type(exc).__name__, transient=True)
+    return None
+
+
+def raising(exc: BaseException) -> Callable[[], NoReturn]:
+    def call() -> NoReturn:
+        raise exc
+
+    return call
+
+
+@pytest.fixture
+def release() -> Iterator[threading.Event]:
+    """Set at the end of every test, so no blocked call outlives it."""
+    event = threading.Event()
+    yield event
+    event.set()
+
+
+def blocking(started: threading.Event, release: threading.Event, value: str) -> Callable[[], str]:
+    def call() -> str:
+        started.set()
+        release.wait(30)
+        return value
+
+    return call
+
+
+def test_a_call_past_its_deadline_is_given_up_but_keeps_its_slot(
+    release: threading.Event,
+) -> None:
+    """Mutations caught: no deadline (the caller waits for the call's 30 s), the slot released
+    when the caller gives up (a second call gets in while the first still runs), the slot never
+    released (the call after it ends is refused), the late end observed a second time."""
+    observed = Observed()
+    calls = ProviderCalls(
+        "p", observer=observed, classify=by_type_name, concurrency=1, slot_wait=0, deadline=0.3
+    )
+    started = threading.Event()
+    begun = time.monotonic()
+    with pytest.raises(errors.ProviderUnavailable) as raised:
+        calls.run("Slow", blocking(started, release, "late"))
+    assert time.monotonic() - begun < 0.3 + SLACK
+    assert raised.value.code == "DeadlineExceeded"
+    assert str(raised.value) == "p Slow got no answer within 0.3 s"
+    assert started.is_set()
+    assert calls.bulkhead.in_flight == 1, "the abandoned call still holds its slot"
+    with pytest.raises(errors.ProviderUnavailable) as refused:
+        calls.run("Next", lambda: "never")
+    assert refused.value.code == "BulkheadFull"
+
+    release.set()
+    wait_for(lambda: calls.bulkhead.in_flight == 0, timeout=10, what="the slot given back")
+    assert calls.run("Next", lambda: "ok") == "ok"
+    assert observed.calls == [("p", "Slow", "DeadlineExceeded"), ("p", "Next", "200")]
+
+
+def test_the_deadline_is_read_from_the_injected_clock(release: threading.Event) -> None:
+    """A clock that says the deadline passed ends the wait at once, though 30 s of real time
+    are left. Mutations caught: the deadline measured with the real clock."""
+    observed = Observed()
+    calls = ProviderCalls(
+        "p", observer=observed, classify=by_type_name, monotonic=JumpingClock(31.0)
+    )
+    begun = time.monotonic()
+    with pytest.raises(errors.ProviderUnavailable) as raised:
+        calls.run("Slow", blocking(threading.Event(), release, "late"))
+    assert time.monotonic() - begun < SLACK
+    assert raised.value.code == "DeadlineExceeded"
+    assert str(raised.value) == "p Slow got no answer within 30 s"
+    assert observed.codes() == ["DeadlineExceeded"]
+
+
+def test_a_call_that_must_not_be_abandoned_is_waited_for(release: threading.Event) -> None:
+    """``abandon=False`` (IAM CreateAccessKey): the clock says the deadline passed long ago, and
+    still the caller gets the call's result — the call ran on the caller's own thread, so it
+    could not have been left behind. Mutations caught: ``abandon`` ignored (DeadlineExceeded)."""
+    observed = Observed()
+    calls = ProviderCalls(
+        "p", observer=observed, classify=by_type_name, monotonic=JumpingClock(31.0)
+    )
+    started = threading.Event()
+    ran_on: list[threading.Thread] = []
+    outcome: list[object] = []
+
+    def create() -> str:
+        ran_on.append(threading.current_thread())
+        return blocking(started, release, "AKIANEW")()
+
+    def caller() -> None:
+        try:
+            outcome.append(calls.run("CreateAccessKey", create, abandon=False))
+        except errors.CredentialError as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=caller)
+    thread.start()
+    wait_for(started.is_set, timeout=10, what="the call started")
+    assert calls.bulkhead.in_flight == 1
+    release.set()
+    thread.join(10)
+    assert outcome == ["AKIANEW"]
+    assert ran_on == [thread]
+    assert calls.bulkhead.in_flight == 0
+    assert observed.calls == [("p", "CreateAccessKey", "200")]
+
+
+def test_limit_plus_one_callers_leave_one_refused(release: threading.Event) -> None:
+    """Three callers on a bulkhead of two: two run, one is refused (BulkheadFull, not observed:
+    it never reached the provider). Mutations caught: no bulkhead (none refused), the limit
+    off by one."""
+    observed = Observed()
+    calls = ProviderCalls("p", observer=observed, classify=by_type_name, concurrency=2)
+    started = threading.Event()
+    lock = threading.Lock()
+    results: list[str] = []
+    refused: list[errors.ProviderUnavailable] = []
+
+    def caller() -> None:
+        try:
+            value = calls.run("Call", blocking(started, release, "ok"))
+        except errors.ProviderUnavailable as exc:
+            with lock:
+                refused.append(exc)
+        else:
+            with lock:
+                results.append(value)
+
+    threads = [threading.Thread(target=caller) for _ in range(3)]
+    for t in threads:
+        t.start()
+    wait_for(lambda: len(refused) == 1, timeout=10, what="one caller refused")
+    assert calls.bulkhead.in_flight == 2
+    release.set()
+    for t in threads:
+        t.join(10)
+    assert results == ["ok", "ok"]
+    assert refused[0].code == "BulkheadFull"
+    assert str(refused[0]) == "2 calls to p already in flight; it is slow or unreachable"
+    assert observed.codes() == ["200", "200"]
+
+
+@pytest.mark.parametrize("abandon", [True, False])
+@pytest.mark.parametrize(
+    ("fn", "kind", "code", "message"),
+    [
+        (lambda: "value", None, "200", None),
+        (raising(KeyError("x")), errors.ProviderRejected, "NotFound", "p Call failed: NotFound"),
+        (
+            raising(ConnectionResetError()),
+            errors.ProviderUnavailable,
+            "ConnectionResetError",
+            "p Call failed: ConnectionResetError",
+        ),
+    ],
+)
+def test_every_call_is_observed_once_with_its_code(
+    fn: Callable[[], str],
+    kind: type[errors.CredentialError] | None,
+    code: str,
+    message: str | None,
+    abandon: bool,
+) -> None:
+    """Mutations caught: a code dropped from the error, an outcome observed twice or not at
+    all, a refusal raised as transient or the other way round."""
+    observed = Observed()
+    calls = ProviderCalls("p", observer=observed, classify=by_type_name)
+    if kind is None:
+        assert calls.run("Call", fn, abandon=abandon) == "value"
+    else:
+        with pytest.raises(kind) as raised:
+            calls.run("Call", fn, abandon=abandon)
+        assert type(raised.value) is kind
+        assert raised.value.code == code
+        assert str(raised.value) == message
+        assert raised.value.__cause__ is None, "no library exception chained to the error"
+        assert raised.value.__suppress_context__
+    assert observed.calls == [("p", "Call", code)]
+    assert calls.bulkhead.in_flight == 0
+
+
+@pytest.mark.parametrize("abandon", [True, False])
+def test_an_exception_no_classifier_knows_propagates_unchanged(abandon: bool) -> None:
+    """Mutations caught: unknown exceptions wrapped (as ProviderUnavailable or anything else),
+    left unobserved, or their slot kept."""
+    observed = Observed()
+    calls = ProviderCalls("p", observer=observed, classify=by_type_name)
+    boom = Boom("unexpected")
+    with pytest.raises(Boom) as raised:
+        calls.run("Call", raising(boom), abandon=abandon)
+    assert raised.value is boom
+    assert observed.calls == [("p", "Call", "Boom")]
+    assert calls.bulkhead.in_flight == 0
+
+
+# --- the providers' classifiers, through the providers' own classes --------------------------
+
+
+def client_error(code: str, status: int) -> botocore.exceptions.ClientError:
+    response: Any = {
+        "Error": {"Code": code, "Message": f"not shown {SECRET}"},
+        "ResponseMetadata": {"HTTPStatusCode": status},
+    }
+    return botocore.exceptions.ClientError(response, "AssumeRoleWithWebIdentity")
+
+
+@pytest.mark.parametrize(
+    ("exc", "kind", "code"),
+    [
+        (client_error("AccessDenied", 403), errors.ProviderRejected, "AccessDenied"),
+        (client_error("SlowDown", 503), errors.ProviderUnavailable, "SlowDown"),
+        (client_error("Throttling", 400), errors.ProviderUnavailable, "Throttling"),
+        (
+            botocore.exceptions.ReadTimeoutError(endpoint_url="https://sts.invalid"),
+            errors.ProviderUnavailable,
+            "ReadTimeoutError",
+        ),
+    ],
+)
+def test_aws_errors_carry_their_code(
+    exc: Exception, kind: type[errors.CredentialError], code: str
+) -> None:
+    observed = Observed()
+    with pytest.raises(kind) as raised:
+        Clients(observed).run("aws-sts", "AssumeRoleWithWebIdentity", raising(exc))
+    assert raised.value.code == code
+    assert str(raised.value) == f"aws-sts AssumeRoleWithWebIdentity failed: {code}"
+    assert observed.calls == [("aws-sts", "AssumeRoleWithWebIdentity", code)]
+
+
+class GoogleResponse:
+    """What google-auth's transport returns (``google.auth.transport.Response``)."""
+
+    def __init__(self, status: int, data: bytes) -> None:
+        self.status = status
+        self.headers = {"content-type": "application/json"}
+        self.data = data
+
+
+def gcp_mint(answer: Callable[..., GoogleResponse]) -> tuple[Observed, gcp_common.Transport]:
+    observed = Observed()
+    transport = gcp_common.Transport(observed)
+    transport.request = answer  # type: ignore[assignment]
+    return observed, transport
+
+
+def exchange(transport: gcp_common.Transport) -> None:
+    federation.mint(
+        transport,
+        subject_token=SECRET,
+        audience=federation.audience("123", "pool", "provider"),
+        impersonate=None,
+        endpoints=gcp_common.Endpoints(sts_url="https://sts.invalid/v1/token"),
+    )
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "kind", "code"),
+    [
+        (
+            400,
+            b'{"error": "invalid_grant", "error_description": "token ' + SECRET.encode() + b'"}',
+            errors.ProviderRejected,
+            "invalid_grant",
+        ),
+        (
+            503,
+            b'{"error": {"code": 503, "message": "try later", "status": "UNAVAILABLE"}}',
+            errors.ProviderUnavailable,
+            "UNAVAILABLE",
+        ),
+        (
+            400,
+            b'{"error": "temporarily_unavailable"}',
+            errors.ProviderUnavailable,
+            "temporarily_unavailable",
+        ),
+    ],
+    ids=["invalid_grant", "UNAVAILABLE", "temporarily_unavailable"],
+)
+def test_gcp_oauth_errors_carry_their_code(
+    status: int, body: bytes, kind: type[errors.CredentialError], code: str
+) -> None:
+    """A token exchange refused by Google's STS, through google-auth's own parsing."""
+    observed, transport = gcp_mint(lambda **_: GoogleResponse(status, body))
+    with pytest.raises(kind) as raised:
+        exchange(transport)
+    assert raised.value.code == code
+    assert str(raised.value) == f"GCP TokenExchange failed: {code}"
+    assert observed.calls == [("gcp", "TokenExchange", code)]
+
+
+def test_an_unreachable_gcp_is_transient() -> None:
+    def unreachable(**_: Any) -> GoogleResponse:
+        raise google.auth.exceptions.TransportError("connection refused")
+
+    observed, transport = gcp_mint(unreachable)
+    with pytest.raises(errors.ProviderUnavailable) as raised:
+        exchange(transport)
+    assert raised.value.code == "TransportError"
+    assert str(raised.value) == "GCP TokenExchange failed: unreachable"
+    assert observed.calls == [("gcp", "TokenExchange", "TransportError")]
+
+
+class AzureResponse:
+    """Enough of an azure-core HTTP response for ``HttpResponseError``."""
+
+    def __init__(self, status_code: int) -> None:
+        self.status_code = status_code
+        self.reason = "Service Unavailable"
+        self.request: Any = None
+
+    def text(self) -> str:
+        return ""
+
+
+@pytest.mark.parametrize(
+    ("exc", "kind", "code"),
+    [
+        (
+            ClientAuthenticationError(
+                message="Authentication failed: AADSTS7000215: Invalid client secret provided. "
+                f"Ensure the secret being sent ({SECRET}) is the value."
+            ),
+            errors.ProviderRejected,
+            "AADSTS7000215",
+        ),
+        (
+            ClientAuthenticationError(message="unavailable", response=AzureResponse(503)),
+            errors.ProviderUnavailable,
+            "503",
+        ),
+        (
+            ServiceRequestError("connection refused"),
+            errors.ProviderUnavailable,
+            "ServiceRequestError",
+        ),
+    ],
+    ids=["AADSTS7000215", "503", "ServiceRequestError"],
+)
+def test_azure_errors_carry_their_code(
+    monkeypatch: pytest.MonkeyPatch,
+    exc: Exception,
+    kind: type[errors.CredentialError],
+    code: str,
+) -> None:
+    class Refusing:
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            pass
+
+        def get_token(self, *scopes: str) -> NoReturn:
+            raise exc
+
+    monkeypatch.setattr(azure, "ClientSecretCredential", Refusing)
+    observed = Observed()
+    with pytest.raises(kind) as raised:
+        azure.Azure(observed).with_secret(
+            tenant_id="t", client_id="c", client_secret=SECRET, scope="api://x/.default"
+        )
+    assert raised.value.code == code
+    assert str(raised.value) == f"Azure AD ClientSecret failed: {code}"
+    assert SECRET not in str(raised.value)
+    assert observed.calls == [("azure-ad", "ClientSecret", code)]
