@@ -3,7 +3,11 @@
 ``rotator run``      the controller manager, against a kubeconfig or in-cluster
 ``rotator dev``      a local control plane, moto and the stand-ins, the samples, and the
                      controller against them in the foreground, with a live table of policies
+``rotator status``   one policy: conditions, credential times, derived Secret, routes, events
+``rotator renew``    ask for a new credential now (``--wait``: until it is served)
 ``rotator version``  the version
+
+``kubectl rotator …`` (the ``kubectl-rotator`` entry point) is the same command line.
 
 Exit codes: 0 after a clean stop, 1 on a runtime failure (e.g. leadership lost), 2 on bad usage
 or missing configuration, 130 when ``rotator dev`` is interrupted while starting.
@@ -30,6 +34,7 @@ import structlog
 
 import rotator
 from controllers import logs
+from controllers.commands import entry as commands
 from controllers.reconcilers import api, setup
 from controllers.runtime import client as clients
 from controllers.runtime import clock as clocks
@@ -171,8 +176,8 @@ def _flag_bool(value: str) -> bool:
     raise argparse.ArgumentTypeError(f"{value!r} is not true or false")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="rotator", description=__doc__.split("\n\n")[0])
+def build_parser(prog: str = "rotator") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     parser.add_argument("--version", action="version", version=f"rotator {rotator.__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run the controller manager")
@@ -201,6 +206,7 @@ def build_parser() -> argparse.ArgumentParser:
         log_format="text",
         allow_insecure_oidc_issuers=True,  # the local OIDC issuer stand-in is http
     )
+    commands.add_parsers(sub)
     sub.add_parser("version", help="print the version")
     return parser
 
@@ -219,12 +225,14 @@ def return_large_blocks_to_the_os() -> None:
         ctypes.CDLL("libc.so.6").mallopt(m_mmap_threshold, 128 * 1024)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, *, prog: str = "rotator") -> int:
     return_large_blocks_to_the_os()
-    args = build_parser().parse_args(argv)
+    args = build_parser(prog).parse_args(argv)
     if args.command == "version":
         print(f"rotator {rotator.__version__}")
         return 0
+    if args.command in commands.COMMANDS:
+        return commands.run(args)
     logs.configure(args.log_format, args.log_level)
     if args.command == "dev":
         return _dev(args)
@@ -232,6 +240,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if code == manager.EXIT_FAILED:
         _exit_now(code)
     return code
+
+
+def kubectl_plugin() -> int:
+    """``kubectl rotator …``: kubectl runs ``kubectl-rotator`` with the words after
+    ``rotator``, so this is :func:`main` with the usage saying how it was called."""
+    return main(prog="kubectl rotator")
 
 
 def _exit_now(code: int) -> NoReturn:
