@@ -2,32 +2,10 @@
 
 from __future__ import annotations
 
-import pytest
-
 from controllers.runtime import clock as clocks
 from rotator_devkit.devenv import table
 
 NOW = clocks.parse_rfc3339("2026-11-29T12:00:00Z")
-
-
-@pytest.mark.parametrize(
-    ("seconds", "text"),
-    [
-        (0, "0s"),
-        (59.6, "60s"),
-        (119, "119s"),
-        (120, "2m"),
-        (250, "4m10s"),
-        (3 * 60 * 60 - 1, "179m"),
-        (3 * 3600 + 15 * 60, "3h15m"),
-        (86919, "24h"),
-        (2 * 86400 + 4 * 3600, "2d4h"),
-        (30 * 86400, "30d"),
-        (-250, "4m10s"),
-    ],
-)
-def test_human_duration_reads_like_kubectl_ages(seconds: float, text: str) -> None:
-    assert table.human_duration(seconds) == text
 
 
 def test_row_shows_times_near_and_far_and_readiness() -> None:

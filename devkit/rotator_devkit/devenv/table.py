@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
+from controllers.commands import humanize
 from controllers.reconcilers import conditions
 from controllers.runtime import clock as clocks
 from controllers.runtime import objects
@@ -17,30 +18,6 @@ from controllers.runtime.store import Store
 COLUMNS = ("POLICY", "TYPE", "READY", "EXPIRES", "NEXT RENEWAL", "LAST ROTATION")
 
 
-def _two_units(big: int, big_unit: str, small: int, small_unit: str) -> str:
-    return f"{big}{big_unit}{small}{small_unit}" if small else f"{big}{big_unit}"
-
-
-def human_duration(seconds: float) -> str:
-    """A duration the way kubectl prints ages (``45s``, ``4m10s``, ``23h``, ``2d4h``), so the
-    table reads like ``kubectl get``; a few lines rather than a dependency for it."""
-    s = round(abs(seconds))
-    m, h, d = s // 60, s // 3600, s // 86400
-    if s < 120:
-        text = f"{s}s"
-    elif m < 10:
-        text = _two_units(m, "m", s % 60, "s")
-    elif h < 3:
-        text = f"{m}m"
-    elif h < 8:
-        text = _two_units(h, "h", m % 60, "m")
-    elif h < 48:
-        text = f"{h}h"
-    else:
-        text = _two_units(d, "d", h % 24, "h") if d < 8 else f"{d}d"
-    return text
-
-
 def _time(value: str | None, now: float) -> str:
     """Clock time (with the date when it is more than 12 hours away) and how far away it is."""
     if not value:
@@ -48,9 +25,7 @@ def _time(value: str | None, now: float) -> str:
     at = clocks.parse_rfc3339(value)
     when = datetime.fromtimestamp(at, tz=UTC)
     stamp = when.strftime("%H:%M:%S" if abs(at - now) < 12 * 3600 else "%Y-%m-%d %H:%M")
-    delta = at - now
-    relative = f"in {human_duration(delta)}" if delta >= 0 else f"{human_duration(delta)} ago"
-    return f"{stamp} ({relative})"
+    return f"{stamp} ({humanize.relative(at, now)})"
 
 
 def row(policy: Mapping[str, Any], now: float) -> tuple[str, ...]:
