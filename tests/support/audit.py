@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,8 @@ class Request:
     user: str
     stage: str
     code: int
+    received: float = 0.0
+    """When the API server received the request, in seconds since the epoch (0 if unknown)."""
 
 
 class AuditLogMissing(AssertionError):
@@ -75,6 +78,7 @@ class AuditLog:
                     user=(e.get("user") or {}).get("username", ""),
                     stage=e.get("stage", ""),
                     code=int((e.get("responseStatus") or {}).get("code") or 0),
+                    received=_epoch(e.get("requestReceivedTimestamp")),
                 )
             )
         return out
@@ -103,3 +107,8 @@ class AuditLog:
             raise AuditLogMissing(
                 f"no audit log at {self.path}: is the API server auditing (audit_policy)?"
             ) from None
+
+
+def _epoch(timestamp: str | None) -> float:
+    """An audit timestamp (RFC 3339 with microseconds) in seconds since the epoch; 0 if absent."""
+    return datetime.fromisoformat(timestamp).timestamp() if timestamp else 0.0

@@ -1,0 +1,308 @@
+"""Clusters at scale, shared by the scale benchmark (tests/bench/scale.py) and the memory guard
+(tests/e2e/test_memory_guard.py): N API-key chains (Secret → policy → backend → route) and M
+unrelated 4 KiB Secrets in other namespaces, created by a thread pool before the controller
+starts; a watch that says when each route config holds its chain's key; and the controller
+process's RSS and CPU time, read from /proc.
+
+A chain's objects are spread over namespaces of :data:`CHAINS_PER_NAMESPACE` and the unrelated
+Secrets over namespaces of :data:`UNRELATED_PER_NAMESPACE`, as a cluster with many tenants would
+hold them; names are unique across namespaces so a figure can name a chain by its index.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from controllers.reconcilers import api as rapi
+from controllers.runtime import client as clients
+from controllers.runtime import objects
+from controllers.runtime.informer import Informer
+from controllers.runtime.objects import Body
+from rotator_devkit.controlplane.cluster import LocalControlPlane
+from tests.support.chain import Chain
+from tests.support.controller import (
+    ControllerProcess,
+    install_crds,
+    install_rbac,
+    service_account_kubeconfig,
+)
+from tests.support.polling import wait_for
+from tests.support.recording import LatestStates
+
+CHAINS_PER_NAMESPACE = 1000
+UNRELATED_PER_NAMESPACE = 5000
+UNRELATED_BYTES = 4096
+THREADS = 16
+"""Client threads creating objects: the "plain multi-threaded client" the controller's write
+rate is compared with."""
+
+CONTROLLER_ARGS = ("--log-level", "info")
+"""``rotator run`` as deployed: the test harness's debug logging would cost CPU at scale."""
+
+# --- the controller process, from /proc ------------------------------------------------------
+
+
+def _status_kib(pid: int, field: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(f"{field}:"):
+            return int(line.split()[1])
+    raise AssertionError(f"no {field} in /proc/{pid}/status")
+
+
+def rss_bytes(pid: int) -> int:
+    """Resident memory now (``VmRSS``)."""
+    return _status_kib(pid, "VmRSS") * 1024
+
+
+def peak_rss_bytes(pid: int) -> int:
+    """The most resident memory the process ever had (``VmHWM``)."""
+    return _status_kib(pid, "VmHWM") * 1024
+
+
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU time the process has used (``utime + stime`` in /proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def controller_pid(controller: ControllerProcess) -> int:
+    assert controller.proc is not None, "the controller is not running"
+    return controller.proc.popen.pid
+
+
+# --- the objects -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Timing:
+    """``count`` requests made in ``seconds``."""
+
+    count: int
+    seconds: float
+
+    @property
+    def rate(self) -> float:
+        return self.count / self.seconds if self.seconds else 0.0
+
+
+def in_parallel(task: Callable[[int], object], count: int, threads: int = THREADS) -> Timing:
+    """Runs ``task(0..count-1)`` on ``threads`` threads; how long they took, all together."""
+    started = time.monotonic()
+    with ThreadPoolExecutor(threads) as pool:
+        for _ in pool.map(task, range(count)):
+            pass
+    return Timing(count, time.monotonic() - started)
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """Where each of ``chains`` chains and ``unrelated`` unrelated Secrets lives, and what key
+    chain ``i`` holds at ``version``."""
+
+    chains: int
+    unrelated: int
+
+    def chain_namespace(self, i: int) -> str:
+        return f"chains-{i // CHAINS_PER_NAMESPACE:03d}"
+
+    def unrelated_namespace(self, i: int) -> str:
+        return f"unrelated-{i // UNRELATED_PER_NAMESPACE:03d}"
+
+    def namespaces(self) -> list[str]:
+        names = [self.chain_namespace(i) for i in range(0, self.chains, CHAINS_PER_NAMESPACE)]
+        step = UNRELATED_PER_NAMESPACE
+        return names + [self.unrelated_namespace(i) for i in range(0, self.unrelated, step)]
+
+    @staticmethod
+    def key(i: int, version: int = 0) -> str:
+        return f"sk-scale-{i:05d}-v{version:04d}"
+
+    @staticmethod
+    def source_secret(i: int) -> str:
+        return f"key-{i:05d}"
+
+    def route_config(self, i: int) -> str:
+        """``namespace/name`` of chain ``i``'s route config Secret."""
+        return f"{self.chain_namespace(i)}/{rapi.route_config_secret_name(f'r-{i:05d}')}"
+
+    def initial_keys(self) -> dict[str, str]:
+        """Route config → the key it holds once the controller has caught up with the build."""
+        return {self.route_config(i): self.key(i) for i in range(self.chains)}
+
+    def install(self, api: clients.Client) -> None:
+        """The CRDs, the controller's RBAC and the namespaces."""
+        install_crds(api)
+        install_rbac(api)
+        for name in self.namespaces():
+            api.create(objects.NAMESPACES, {"metadata": {"name": name}})
+
+    def build_chains(self, api: clients.Client, threads: int = THREADS) -> Timing:
+        """Creates every chain: 4 writes each (Secret, policy, backend, route)."""
+
+        def one(i: int) -> None:
+            chain = Chain(api, self.chain_namespace(i))
+            chain.secret(self.source_secret(i), apiKey=self.key(i))
+            chain.api_key_policy(f"p-{i:05d}", secret=self.source_secret(i), targets=[f"b-{i:05d}"])
+            chain.backend(f"b-{i:05d}")
+            chain.route(f"r-{i:05d}", [f"b-{i:05d}"])
+
+        timing = in_parallel(one, self.chains, threads)
+        return Timing(4 * self.chains, timing.seconds)
+
+    def create_unrelated(self, api: clients.Client, threads: int = THREADS) -> Timing:
+        """Creates the unrelated Secrets, :data:`UNRELATED_BYTES` of data each."""
+        payload = base64.b64encode(b"u" * UNRELATED_BYTES).decode()
+
+        def one(i: int) -> None:
+            body = {"metadata": {"name": f"unrelated-{i:06d}"}, "data": {"blob": payload}}
+            api.create(objects.SECRETS, body, namespace=self.unrelated_namespace(i))
+
+        return in_parallel(one, self.unrelated, threads)
+
+    def rotate(self, api: clients.Client, i: int, version: int) -> None:
+        """Gives chain ``i``'s source Secret the key of ``version``."""
+        data = {"apiKey": base64.b64encode(self.key(i, version).encode()).decode()}
+        api.patch(
+            objects.SECRETS,
+            self.source_secret(i),
+            {"data": data},
+            namespace=self.chain_namespace(i),
+        )
+
+
+# --- what the route configs hold ---------------------------------------------------------------
+
+
+def served_key(config_secret: Body) -> str | None:
+    """The ``apiKey`` a route config Secret inlines (the scale chains have one backend each)."""
+    encoded = (config_secret.get("data") or {}).get(rapi.ROUTE_CONFIG_KEY, "")
+    for line in base64.b64decode(encoded).decode().splitlines():
+        field, _, value = line.strip().partition(": ")
+        if field == "apiKey":
+            return value
+    return None
+
+
+class RouteConfigs(LatestStates):
+    """Which key each route config Secret holds and since when, from one watch on them all (the
+    measurement costs the API server a watch, not polling)."""
+
+    def __init__(self, api: clients.Client, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._held: dict[str, tuple[str, float]] = {}  # namespace/name → (key, first seen)
+        self._informer = Informer(api, objects.SECRETS, label_selector=rapi.ROUTE_LABEL)
+        self._informer.add_handler(self)
+
+    def start(self, timeout: float = 60) -> RouteConfigs:
+        self._informer.start()
+        wait_for(self._informer.has_synced, timeout=timeout, what="the route config watch")
+        return self
+
+    def stop(self) -> None:
+        self._informer.stop()
+
+    def record(self, obj: Body) -> None:
+        key = served_key(obj)
+        if key is None:
+            return
+        where = f"{objects.namespace(obj)}/{objects.name(obj)}"
+        with self._lock:
+            if self._held.get(where, ("", 0.0))[0] != key:
+                self._held[where] = (key, self._clock())
+
+    def since(self, where: str, key: str) -> float | None:
+        """When ``where`` came to hold ``key``; None while it holds another or none."""
+        with self._lock:
+            held = self._held.get(where)
+        return held[1] if held is not None and held[0] == key else None
+
+    def holding(self, wanted: Mapping[str, str]) -> int:
+        """How many route configs hold the key ``wanted`` gives them."""
+        with self._lock:
+            return sum(1 for where, key in wanted.items() if self._held.get(where, ("",))[0] == key)
+
+    def last_arrival(self, wanted: Iterable[str]) -> float:
+        with self._lock:
+            return max((self._held[w][1] for w in wanted if w in self._held), default=0.0)
+
+
+# --- the controller's cold start ----------------------------------------------------------------
+
+
+def controller_process(
+    control_plane: LocalControlPlane, api: clients.Client, workdir: Path
+) -> ControllerProcess:
+    """``rotator run`` as its ServiceAccount, logging at the deployed level."""
+    kubeconfig = service_account_kubeconfig(control_plane, api, workdir / "kubeconfig")
+    return ControllerProcess(kubeconfig, workdir, args=CONTROLLER_ARGS)
+
+
+def reconciles(controller: ControllerProcess, name: str) -> float:
+    """Reconciles controller ``name`` has finished, whatever their result."""
+    results = ("success", "error", "requeue", "requeue_after")
+    return sum(
+        controller.metric("controller_runtime_reconcile_total", controller=name, result=r) or 0
+        for r in results
+    )
+
+
+def _reconciled(controller: ControllerProcess, name: str, count: int) -> bool:
+    return reconciles(controller, name) >= count
+
+
+def settle(controller: ControllerProcess, fleet: Fleet, *, timeout: float) -> None:
+    """Waits until every policy and route has been reconciled since the start and nothing is
+    queued or running (a queue is filled as its controller starts, just after the lease is won:
+    idle alone could be seen in between)."""
+    for name in ("backendsecuritypolicy", "route"):
+        wait_for(
+            functools.partial(_reconciled, controller, name, fleet.chains),
+            timeout=timeout,
+            interval=0.2,
+            what=f"{fleet.chains} {name} reconciles",
+        )
+    wait_for(controller.idle, timeout=timeout, interval=0.2, what="the controller idle")
+
+
+@dataclass(frozen=True)
+class ColdStart:
+    """Seconds from spawning the process to: ready and leading; the last route config holding
+    its chain's key (as the watch saw it); no work queued or running."""
+
+    ready: float
+    configs: float
+    idle: float
+
+
+def cold_start(
+    controller: ControllerProcess,
+    routes: RouteConfigs,
+    fleet: Fleet,
+    *,
+    timeout: float,
+    clock: Callable[[], float] = time.monotonic,
+) -> ColdStart:
+    """Starts the controller and waits until every route config holds its chain's key and the
+    controller is idle. ``routes`` must run on the same ``clock``."""
+    wanted = fleet.initial_keys()
+    spawned = clock()
+    controller.start()
+    ready = clock()
+    wait_for(
+        lambda: routes.holding(wanted) == len(wanted),
+        timeout=timeout,
+        interval=0.1,
+        what=f"{len(wanted)} route configs holding their chain's key",
+    )
+    configs = max(routes.last_arrival(wanted), ready)  # none to write: as soon as it leads
+    settle(controller, fleet, timeout=timeout)
+    return ColdStart(ready - spawned, configs - spawned, clock() - spawned)
