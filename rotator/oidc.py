@@ -32,6 +32,7 @@ client-credentials grant is three form fields, not worth a framework.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import hashlib
 import http.client
@@ -52,7 +53,7 @@ import urllib3.exceptions
 import urllib3.poolmanager
 import urllib3.response
 
-from rotator import errors
+from rotator import errors, providercalls
 from rotator.bulkhead import Bulkheads
 from rotator.observe import NoObserver, Observer
 
@@ -71,6 +72,8 @@ DISCOVERY_TTL = 3600.0
 """Seconds a discovered token endpoint is reused."""
 SLOT_WAIT = 1.0
 """Seconds a call waits for a slot of its host's bulkhead (less if the deadline is nearer)."""
+DEADLINE_GRACE = 0.5
+"""Seconds past the deadline the caller waits for an exchange the watch is cutting."""
 INSECURE_FLAG = "--allow-insecure-oidc-issuers"
 
 
@@ -229,8 +232,7 @@ class TokenSource:
             raise errors.ProviderUnavailable(
                 f"OIDC {call} at {where} not attempted: the {self._deadline:g} s deadline passed"
             )
-        with self._bulkheads.slot(_host(url), wait=min(SLOT_WAIT, remaining)):
-            status, body, failure = self._exchange(method, url, deadline, **kwargs)
+        status, body, failure = self._fenced_exchange(method, url, deadline, remaining, **kwargs)
         if failure is not None:
             self._observer.provider_request(provider=PROVIDER, call=call, code=failure)
             if failure == "DeadlineExceeded":
@@ -260,6 +262,31 @@ class TokenSource:
         if not isinstance(parsed, dict):
             raise errors.ProviderUnavailable(f"OIDC {call} at {where} did not return a JSON object")
         return parsed
+
+    def _fenced_exchange(
+        self, method: str, url: str, deadline: float, remaining: float, **kwargs: Any
+    ) -> tuple[int, bytes, str | None]:
+        """:meth:`_exchange` in a slot of the host's bulkhead, on a thread of its own, waited for
+        until the deadline. The watch of :meth:`_exchange` cuts a socket that trickles, but the
+        name lookup before it has no socket to cut (``getaddrinfo`` blocks for the resolver's
+        timeouts and retries, tens of seconds with Kubernetes' ``ndots:5`` search list), so the
+        caller stops waiting at the deadline; the abandoned exchange keeps its slot until it
+        ends, so a host whose name does not resolve holds at most its own slots."""
+        bulkhead = self._bulkheads.of(_host(url))
+        bulkhead.acquire(wait=min(SLOT_WAIT, remaining))
+        future = providercalls.start(
+            lambda: self._exchange(method, url, deadline, **kwargs),
+            release=bulkhead.release,
+            name=f"OIDC {_host(url)}",
+        )
+        while True:
+            left = deadline - self._monotonic()
+            try:
+                # a little past the deadline: the watch reports a cut exchange itself
+                return future.result(timeout=max(0.0, left) + DEADLINE_GRACE)
+            except concurrent.futures.TimeoutError:
+                if deadline - self._monotonic() <= 0:
+                    return 0, b"", "DeadlineExceeded"
 
     def _exchange(
         self, method: str, url: str, deadline: float, **kwargs: Any

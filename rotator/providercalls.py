@@ -117,7 +117,7 @@ class ProviderCalls:
                 self.bulkhead.release()
             self._observe(call, "200")
             return value
-        future = self._start(call, fn)
+        future = start(fn, release=self.bulkhead.release, name=f"{self.provider} {call}")
         while not future.done():
             remaining = deadline - self._monotonic()
             if remaining <= 0 and not future.done():
@@ -133,31 +133,6 @@ class ProviderCalls:
         self._observe(call, "200")
         return future.result()
 
-    def _start(self, call: str, fn: Callable[[], T]) -> Future[T]:
-        """Runs ``fn`` on a daemon thread that gives the slot back when ``fn`` ends (before its
-        outcome is handed over, so a caller that got it finds the slot free)."""
-        future: Future[T] = Future()
-        future.set_running_or_notify_cancel()
-        context = contextvars.copy_context()
-
-        def body() -> None:
-            try:
-                value = context.run(fn)
-            except BaseException as exc:
-                self.bulkhead.release()
-                future.set_exception(exc)
-            else:
-                self.bulkhead.release()
-                future.set_result(value)
-
-        thread = threading.Thread(target=body, name=f"{self.provider} {call}", daemon=True)
-        try:
-            thread.start()
-        except BaseException:
-            self.bulkhead.release()
-            raise
-        return future
-
     def _failed(self, call: str, exc: BaseException) -> NoReturn:
         failure = self._classify(exc) if isinstance(exc, Exception) else None
         if failure is None:
@@ -170,3 +145,30 @@ class ProviderCalls:
 
     def _observe(self, call: str, code: str) -> None:
         self._observer.provider_request(provider=self.provider, call=call, code=code)
+
+
+def start(fn: Callable[[], T], *, release: Callable[[], None], name: str) -> Future[T]:
+    """Runs ``fn`` on a daemon thread that calls ``release`` (gives a bulkhead slot back) when
+    ``fn`` ends — before its outcome is handed over, so a caller that got the outcome finds the
+    slot free. Whoever waits for the future may stop waiting; the call still holds its slot."""
+    future: Future[T] = Future()
+    future.set_running_or_notify_cancel()
+    context = contextvars.copy_context()
+
+    def body() -> None:
+        try:
+            value = context.run(fn)
+        except BaseException as exc:
+            release()
+            future.set_exception(exc)
+        else:
+            release()
+            future.set_result(value)
+
+    thread = threading.Thread(target=body, name=name, daemon=True)
+    try:
+        thread.start()
+    except BaseException:
+        release()
+        raise
+    return future

@@ -5,6 +5,7 @@ bulkhead, and client secrets go only over https unless http is explicitly allowe
 from __future__ import annotations
 
 import json
+import socket
 import ssl
 import threading
 import time
@@ -227,6 +228,40 @@ def test_a_trickling_issuer_is_cut_off_at_the_deadline(issuer: Issuer, mode: str
     assert elapsed < DEADLINE + SLACK
     assert calls.codes[-1][1] == "DeadlineExceeded"
     assert SECRET not in str(exc)
+
+
+def test_a_name_that_does_not_resolve_in_time_is_given_up_at_the_deadline(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The name lookup has no socket the deadline's watch could cut (``getaddrinfo`` blocks for
+    the resolver's retries), so the caller stops waiting at the deadline; the abandoned exchange
+    keeps its slot of the host's bulkhead until the lookup ends. Mutation caught: running the
+    exchange on the caller's thread (the call then lasts as long as the lookup)."""
+    resolving = threading.Event()
+    answer = threading.Event()
+    real = socket.getaddrinfo
+
+    def stuck(host: Any, *args: Any, **kwargs: Any) -> Any:
+        if host == "stuck.invalid":
+            resolving.set()
+            answer.wait(60)
+            raise socket.gaierror("no answer")
+        return real(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", stuck)
+    calls = Calls()
+    tokens = source(observer=calls, concurrency=1)
+    try:
+        elapsed, exc = timed(lambda: tokens.token(client("http://stuck.invalid:8080/x")))
+        assert resolving.is_set()
+        assert isinstance(exc, errors.ProviderUnavailable)
+        assert f"no complete answer within {DEADLINE:g} s" in str(exc)
+        assert elapsed < DEADLINE + SLACK
+        assert calls.codes[-1][1] == "DeadlineExceeded"
+        assert tokens._bulkheads.of("stuck.invalid:8080").in_flight == 1, "the slot is held"
+    finally:
+        answer.set()
+    wait_for(lambda: tokens._bulkheads.of("stuck.invalid:8080").in_flight == 0, timeout=10)
 
 
 def test_the_deadline_holds_on_a_reused_connection() -> None:
