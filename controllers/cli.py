@@ -35,7 +35,7 @@ import structlog
 import rotator
 from controllers import logs
 from controllers.commands import entry as commands
-from controllers.reconcilers import api, setup
+from controllers.reconcilers import api, credentialsources, setup
 from controllers.runtime import client as clients
 from controllers.runtime import clock as clocks
 from controllers.runtime import leaderelection, manager, restconfig, tlsserving
@@ -150,6 +150,18 @@ def _add_run_flags(p: argparse.ArgumentParser, *, with_kubeconfig: bool = True) 
         help="accept http:// OIDC issuers, which get client secrets in clear: local development "
         "only (env ROTATOR_ALLOW_INSECURE_OIDC_ISSUERS=true; default: https only, an http issuer "
         "fails its policies with reason InsecureIssuer)",
+    )
+    p.add_argument(
+        credentialsources.CONTROLLER_IDENTITY_FLAG,
+        type=credentialsources.parse_controller_identity_namespaces,
+        default=credentialsources.parse_controller_identity_namespaces(
+            os.environ.get("ROTATOR_CONTROLLER_IDENTITY_NAMESPACES", "")
+        ),
+        metavar="NS1,NS2",
+        help="namespaces whose policies may use the controller's own cloud identity "
+        "(controllerIdentity: its pod's IAM role, managed or workload identity, service "
+        "account), comma-separated; * for all (env ROTATOR_CONTROLLER_IDENTITY_NAMESPACES; "
+        "default: none, such policies fail with reason ControllerIdentityNotAllowed)",
     )
     p.add_argument(
         "--sync-period",
@@ -323,6 +335,7 @@ def _run(
             ),
             azure_authority_host=args.azure_authority_host,
             allow_insecure_oidc_issuers=args.allow_insecure_oidc_issuers,
+            controller_identity_namespaces=args.controller_identity_namespaces,
         ),
     )
     if attach is not None:
@@ -374,7 +387,11 @@ def _dev(args: argparse.Namespace) -> int:
         args.gcp_sts_endpoint = endpoints.pop("ROTATOR_GCP_STS_ENDPOINT")
         args.gcp_iam_credentials_endpoint = endpoints.pop("ROTATOR_GCP_IAM_CREDENTIALS_ENDPOINT")
         args.azure_authority_host = endpoints.pop("ROTATOR_AZURE_AUTHORITY_HOST")
-        os.environ.update(endpoints)  # boto3 and requests read these themselves
+        # boto3, requests, azure-identity and google-auth read these themselves (google-auth's
+        # GCE_METADATA_HOST when google.auth.compute_engine is first imported: on first use)
+        os.environ.update(endpoints)
+        # the samples' namespace may use the controller's identity: the stand-ins' one
+        args.controller_identity_namespaces |= {environment.NAMESPACE}
         kubeconfig = str(env.kubeconfig)
         kubectl = folder / "kubectl"
         tool = str(kubectl) if os.access(kubectl, os.X_OK) else "kubectl"

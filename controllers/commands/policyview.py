@@ -25,11 +25,13 @@ ServiceAccount or the cloud side."""
 def copies(spec: Mapping[str, Any]) -> bool:
     """Whether rotator copies the credential from a Secret (re-read on every change of it)
     rather than minting it: the policy types whose ``CredentialSource.calls_provider`` is false
-    (``APIKey``, ``AWSCredentials.credentialsFile``). A copy has nothing to renew."""
+    (``APIKey``, ``AWSCredentials.credentialsFile`` without ``assumeRole``: a chain on the file
+    mints sessions). A copy has nothing to renew."""
     kind = spec.get("type")
     if kind == "APIKey":
         return True
-    return kind == "AWSCredentials" and "credentialsFile" in (spec.get("awsCredentials") or {})
+    aws = spec.get("awsCredentials") or {}
+    return kind == "AWSCredentials" and "credentialsFile" in aws and "assumeRole" not in aws
 
 
 def source_of(spec: Mapping[str, Any]) -> str:

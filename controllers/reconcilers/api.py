@@ -42,11 +42,15 @@ CONFIG_HASH_ANNOTATION = "rotator.dev/config-hash"
 ROTATE_REQUESTED_ANNOTATION = "rotator.dev/rotate-requested-at"
 ROUTE_CONFIG_KEY = "config.yaml"
 
-# Also on the derived Secret, for minted credentials: what rotator needs to decide, after a
-# restart and from the cache alone, whether the served credential is still the right one.
+# Also on the derived Secret: what rotator needs to decide, after a restart and from the cache
+# alone, whether the served credential is still the right one.
 ISSUED_AT_ANNOTATION = "rotator.dev/issued-at"
 SPEC_HASH_ANNOTATION = "rotator.dev/spec-hash"
-"""Hash of the credential part of the spec the credential was minted for."""
+"""Hash of the credential part of the spec the credential was minted (or copied) for."""
+SOURCE_VERSION_ANNOTATION = "rotator.dev/source-version"
+"""On a copied credential (API key, AWS credentials file): ``<uid>/<resourceVersion>`` of each
+Secret it was copied from, comma-separated in the order the spec names them. While the metadata
+cache shows the same versions the copy is current, and the source is not read again."""
 ANSWERED_REQUEST_ANNOTATION = "rotator.dev/answered-rotate-request"
 """The ``rotate-requested-at`` value the credential was minted in answer to."""
 STATE_ANNOTATION_PREFIX = "state.rotator.dev/"
@@ -81,6 +85,29 @@ REASON_CONFIG_TOO_LARGE = "ConfigTooLarge"
 stays in place, stale."""
 REASON_CONFIG_REJECTED = "ConfigRejected"
 """Route ``Programmed=False``: the API server refused the configuration Secret as invalid."""
+ROLLOUT_RESTARTED = "RolloutRestarted"
+"""Route condition, on Routes with ``spec.rolloutRestartTargets``: were the targets rolled out
+for the configuration in the config Secret (controllers/reconcilers/restarts.py)?"""
+REASON_FIRST_CONFIGURATION = "FirstConfiguration"
+"""Route ``RolloutRestarted=True``: the first configuration (or the one current when targets were
+added) is recorded and nothing restarted; its changes roll the targets out."""
+REASON_RESTARTED = "Restarted"
+"""Route ``RolloutRestarted=True``, and the Normal Event of each rollout: every target's pod
+template now carries the configuration's hash."""
+REASON_TARGET_NOT_FOUND = "TargetNotFound"
+"""Route ``RolloutRestarted=False``, and a Warning Event: a target does not exist; retried with
+backoff, the others are rolled out."""
+REASON_RESTART_FAILED = "RestartFailed"
+"""Route ``RolloutRestarted=False``, and a Warning Event: the API server refused a target's patch
+(RBAC, validation); retried with backoff."""
+REASON_RESTART_NOT_PERMITTED = "RestartNotPermitted"
+"""Route ``RolloutRestarted=False``, and a Warning Event: a target has not opted in (its pod
+template lacks the annotation ``config-hash.rotator.dev/<route>``); retried with backoff, the
+others are rolled out."""
+ROLLOUT_ANNOTATION_PREFIX = "config-hash.rotator.dev/"
+"""On the pod template of a Route's ``rolloutRestartTargets``, followed by the Route's name: the
+hash of the configuration the workload was rolled out for (restarts.template_annotation). Its
+owner adds it first (any value): without it rotator does not roll the workload out."""
 REASON_MALFORMED_ANNOTATION = "MalformedAnnotation"
 """Policy Warning Event: an annotation rotator wrote on the derived Secret no longer parses (edited
 by hand); it is ignored and the derived Secret rewritten."""
@@ -98,6 +125,19 @@ REASON_AS_SPECIFIED = "AsSpecified"
 REASON_RENEW_BEFORE_TOO_LONG = "RenewBeforeTooLong"
 """Policy ``RenewBeforeHonored=False``, and the Warning Event recorded when it turns so: the
 message names the field, its value, the credential's lifetime and the refresh time used."""
+
+REASON_CONTROLLER_IDENTITY_NOT_ALLOWED = "ControllerIdentityNotAllowed"
+"""Policy ``Ready=False``, and a Warning Event: the policy asks for the controller's own cloud
+identity (``controllerIdentity``) in a namespace the controller's
+``--controller-identity-namespaces`` does not list; no provider is called
+(``credentialsources.check_controller_identity``)."""
+REASON_ASSUME_ROLE_FAILED = "AssumeRoleFailed"
+"""Policy ``Ready=False`` (or ``RotationFailed``'s message): the ``assumeRole`` link of an AWS
+role chain failed — the message says ``assumeRole <role ARN>: …`` and the provider's code. A
+failure of the chain's base keeps the base's reasons (``rotator.providers.aws.sts``)."""
+REASON_CONTROLLER_IDENTITY_NOT_FOUND = "ControllerIdentityNotFound"
+"""Policy ``Ready=False``: botocore's default credential chain found no credentials in the
+controller's environment (``rotator.providers.aws.identity``)."""
 
 ALLOWED_POLICIES_ANNOTATION = "rotator.dev/allowed-policies"
 """On a ServiceAccount: the policies of its namespace that may mint tokens for it — a
@@ -156,8 +196,16 @@ class TargetRef(TypedDict):
     name: str
 
 
+APIKeyHeader = Literal["Authorization", "api-key", "x-api-key"]
+"""``spec.apiKey.header``: the HTTP header a gateway sends the key in (docs/api.md, "Route config
+Secret"). The values are header names, so the route configuration can state them as they are."""
+DEFAULT_API_KEY_HEADER: APIKeyHeader = "Authorization"
+"""The CRD's default, and the only behaviour before the field existed: ``Authorization: Bearer``."""
+
+
 class APIKeySpec(TypedDict):
     secretRef: SecretRef
+    header: NotRequired[APIKeyHeader]
 
 
 class OIDC(TypedDict):
@@ -192,12 +240,25 @@ class AWSIAMAccessKey(TypedDict):
     rotationInterval: str
 
 
+class AWSControllerIdentity(TypedDict):
+    """``controllerIdentity: {}``: no fields; its presence picks the source."""
+
+
+class AWSAssumeRole(TypedDict):
+    roleArn: str
+    externalID: NotRequired[str]
+    sessionName: NotRequired[str]
+    sessionDuration: str
+
+
 class AWSCredentialsSpec(TypedDict):
     region: str
     credentialsFile: NotRequired[AWSCredentialsFile]
     oidcExchangeToken: NotRequired[AWSOIDCExchangeToken]
     serviceAccountToken: NotRequired[AWSServiceAccountToken]
     iamAccessKey: NotRequired[AWSIAMAccessKey]
+    controllerIdentity: NotRequired[AWSControllerIdentity]
+    assumeRole: NotRequired[AWSAssumeRole]
 
 
 class GCPCredentialsFile(TypedDict):
@@ -226,11 +287,18 @@ class GCPWorkloadIdentityFederation(TypedDict):
     serviceAccountImpersonation: NotRequired[GCPServiceAccountImpersonation]
 
 
+class GCPControllerIdentity(TypedDict, total=False):
+    """The controller's own Application Default Credentials; ``serviceAccount``: impersonate it."""
+
+    serviceAccount: str
+
+
 class GCPCredentialsSpec(TypedDict):
     projectName: str
     region: str
     credentialsFile: NotRequired[GCPCredentialsFile]
     workloadIdentityFederation: NotRequired[GCPWorkloadIdentityFederation]
+    controllerIdentity: NotRequired[GCPControllerIdentity]
 
 
 class AzureServiceAccountToken(TypedDict):
@@ -238,13 +306,22 @@ class AzureServiceAccountToken(TypedDict):
     audience: str
 
 
-class AzureCredentialsSpec(TypedDict):
+class AzureControllerIdentity(TypedDict, total=False):
+    """The controller's own managed or workload identity; ``clientID``: a user-assigned one."""
+
     clientID: str
-    tenantID: str
+
+
+class AzureCredentialsSpec(TypedDict):
+    clientID: NotRequired[str]
+    """Required by every source but ``controllerIdentity`` (a CEL rule of the CRD)."""
+    tenantID: NotRequired[str]
+    """Required by every source but ``controllerIdentity`` (a CEL rule of the CRD)."""
     scope: str
     clientSecretRef: NotRequired[SecretRef]
     oidcExchangeToken: NotRequired[OIDCExchangeToken]
     serviceAccountToken: NotRequired[AzureServiceAccountToken]
+    controllerIdentity: NotRequired[AzureControllerIdentity]
 
 
 class RotationSpec(TypedDict, total=False):
@@ -334,8 +411,27 @@ class Rule(TypedDict):
     matches: NotRequired[list[Match]]
 
 
+RolloutKind = Literal["Deployment", "StatefulSet", "DaemonSet"]
+
+
+class RolloutRestartTarget(TypedDict):
+    kind: RolloutKind
+    name: str
+
+
 class RouteSpec(TypedDict):
     rules: list[Rule]
+    rolloutRestartTargets: NotRequired[list[RolloutRestartTarget]]
+
+
+class RolloutRestartStatus(TypedDict):
+    configHash: str
+    lastRestartTime: NotRequired[str]
+
+
+class RouteStatus(TypedDict, total=False):
+    conditions: list[Condition]
+    rolloutRestart: RolloutRestartStatus
 
 
 class Route(TypedDict):
@@ -343,4 +439,4 @@ class Route(TypedDict):
     kind: str
     metadata: ObjectMeta
     spec: RouteSpec
-    status: NotRequired[ConditionsStatus]
+    status: NotRequired[RouteStatus]

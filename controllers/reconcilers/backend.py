@@ -4,10 +4,18 @@ Exactly one BackendSecurityPolicy may target a backend (GEP-2648 direct policy a
 are a conflict the backend reports. A backend no policy targets is valid: it is called without
 credentials. Routes do not hear from here: they watch policies and derived Secrets themselves
 (``setup``), so a status the backend writes is for people, not a link in the chain.
+
+The status is written once the decision is stable, so a chain created at once costs one status
+write, not ``NoPolicy`` then ``PolicyNotReady`` then ``ResolvedRefs``: a policy that has not
+reported ``Ready`` yet (never reconciled) is waited for — its first status wakes the backend —
+and a backend created less than :data:`SETTLE_SECONDS` ago that no policy targets waits out the
+rest of that time for the policy applied with it (``kubectl apply`` of one file creates them a
+few milliseconds apart, and the two watches deliver in either order).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from controllers.reconcilers import api, conditions, indexes, status
@@ -37,23 +45,29 @@ class BackendReconciler:
 
     def reconcile(self, request: Request) -> Result:
         backend = self._backends.get(request.key)
-        if backend is not None and not objects.is_being_deleted(backend):
-            status.write(
-                self._api,
-                self._recorder,
-                backend,
-                api.BACKENDS,
-                fields={},
-                updates=[
-                    true(api.ACCEPTED, "Accepted", "the spec is valid"),
-                    self._resolved(request),
-                ],
-                now=self._clock.now(),
-                event_types=(api.RESOLVED_REFS,),
-            )
+        if backend is None or objects.is_being_deleted(backend):
+            return Result()
+        now = self._clock.now()
+        resolved = self._resolved(request)
+        if resolved is None:
+            return Result()  # its policy's first status wakes this backend (setup)
+        if resolved.reason == "NoPolicy" and (wait := settling(backend, now)) > 0:
+            return Result(requeue_after=wait)  # a policy applied with it may be on its way
+        status.write(
+            self._api,
+            self._recorder,
+            backend,
+            api.BACKENDS,
+            fields={},
+            updates=[true(api.ACCEPTED, "Accepted", "the spec is valid"), resolved],
+            now=now,
+            event_types=(api.RESOLVED_REFS,),
+        )
         return Result()
 
-    def _resolved(self, request: Request) -> conditions.Cond:
+    def _resolved(self, request: Request) -> conditions.Cond | None:
+        """``ResolvedRefs``; None while the one policy targeting the backend has no ``Ready``
+        condition yet (not reconciled: its verdict is moments away)."""
         policies = policies_for(self._policies, request.key)
         if not policies:
             return true(
@@ -68,17 +82,39 @@ class BackendReconciler:
             )
         policy = policies[0]
         name = objects.name(policy)
-        if not conditions.is_true(policy, api.READY):
-            ready = conditions.of(policy, api.READY)
-            why = ready["message"] if ready is not None else "not reconciled yet"
+        ready = conditions.of(policy, api.READY)
+        if ready is None:
+            return None
+        if ready["status"] != "True":
             return false(
                 api.RESOLVED_REFS,
                 "PolicyNotReady",
-                f"BackendSecurityPolicy {name} is not ready: {why}",
+                f"BackendSecurityPolicy {name} is not ready: {ready['message']}",
             )
         return true(
             api.RESOLVED_REFS, "ResolvedRefs", f"credentials from BackendSecurityPolicy {name}"
         )
+
+
+SETTLE_SECONDS = 2.0
+"""How long after its creation a ServiceBackend or Route that has no status yet waits for the
+objects applied with it to reach the cache, rather than report them missing (``NoPolicy``,
+``BackendNotFound``) and then, a moment later, resolved: one status write instead of two, and no
+Event for a state nobody created. creationTimestamp has whole seconds, so the wait is 1 to 2 s."""
+
+
+def settling(obj: Mapping[str, Any], now: float) -> float:
+    """Seconds left of ``obj``'s :data:`SETTLE_SECONDS`; 0 once it has a status, once the time
+    is up, and when its creationTimestamp is missing, unreadable or ahead of ``now`` (a clock
+    behind the API server's: never wait on a skew)."""
+    md = objects.meta(obj)
+    if obj.get("status") or not md.get("creationTimestamp"):
+        return 0.0
+    try:
+        age = now - clocks.parse_rfc3339(md["creationTimestamp"])
+    except ValueError:
+        return 0.0
+    return SETTLE_SECONDS - age if 0.0 <= age < SETTLE_SECONDS else 0.0
 
 
 def policies_for(policies: Store, backend_key: str) -> list[dict[str, Any]]:

@@ -33,6 +33,9 @@ class Served:
     malformed: tuple[str, ...] = ()
     """Annotations that did not parse (edited by hand): ignored, and reason to rewrite the
     Secret."""
+    source_version: str | None = None
+    """For a copied credential, the versions of the Secrets it was copied from
+    (:func:`source_version`); None when not recorded."""
 
 
 UNREADABLE_EXPIRY = 0.0
@@ -47,22 +50,35 @@ def spec_hash(spec: api.PolicySpec) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def source_version(versions: Iterable[tuple[str, str]]) -> str:
+    """The ``rotator.dev/source-version`` value for the ``(uid, resourceVersion)`` of each source
+    Secret, in the order the spec names them: equal exactly when every source is the same
+    object at the same version (a Secret deleted and created again has another uid)."""
+    return ",".join(f"{uid}/{version}" for uid, version in versions)
+
+
 def build(
     policy: api.Policy,
     credential: Credential,
     *,
     minted: bool,
     answered_request: str | None = None,
+    copied_from: str | None = None,
 ) -> dict[str, Any]:
     """The derived Secret (docs/api.md, "Derived credentials Secret"): name, labels,
-    annotations, owner, data."""
-    annotations = {api.CREDENTIAL_HASH_ANNOTATION: credential.content_hash}
+    annotations, owner, data. ``copied_from`` is the :func:`source_version` of a copied
+    credential's sources (None: not recorded, the next reconcile reads them again)."""
+    annotations = {
+        api.CREDENTIAL_HASH_ANNOTATION: credential.content_hash,
+        api.SPEC_HASH_ANNOTATION: spec_hash(policy["spec"]),
+    }
     if credential.expires_at is not None:
         annotations[api.EXPIRATION_ANNOTATION] = clocks.rfc3339(credential.expires_at)
+    if not minted and copied_from:
+        annotations[api.SOURCE_VERSION_ANNOTATION] = copied_from
     if minted:
         if credential.issued_at is not None:
             annotations[api.ISSUED_AT_ANNOTATION] = clocks.rfc3339(credential.issued_at)
-        annotations[api.SPEC_HASH_ANNOTATION] = spec_hash(policy["spec"])
         if answered_request:
             annotations[api.ANSWERED_REQUEST_ANNOTATION] = answered_request
         for key, value in credential.state.items():
@@ -126,6 +142,7 @@ def read(secret: Mapping[str, Any] | None) -> Served | None:
         spec_hash=annotations.get(api.SPEC_HASH_ANNOTATION),
         answered_request=annotations.get(api.ANSWERED_REQUEST_ANNOTATION),
         malformed=tuple(sorted(malformed)),
+        source_version=annotations.get(api.SOURCE_VERSION_ANNOTATION),
     )
 
 

@@ -71,6 +71,7 @@ class PolicyReconciler:
         policies: Store,
         managed_secrets: Store,
         secrets: FullObjectReader,
+        secret_versions: Store,
         sources: Mapping[str, CredentialSource],
         recorder: events.EventRecorder,
         metrics: CredentialMetrics,
@@ -81,6 +82,7 @@ class PolicyReconciler:
         self._policies = policies
         self._managed = managed_secrets
         self._secrets = secrets
+        self._secret_versions = secret_versions  # uid and resourceVersion of every Secret
         self._sources = sources
         self._recorder = recorder
         self._metrics = metrics
@@ -99,9 +101,10 @@ class PolicyReconciler:
         now = self._clock.now()
         served = derived.read(self._managed.get(self._derived_key(policy)))
         self._observe(policy, served)
+        reads = self._secret_getter(request.namespace)
         ctx = SourceContext(
             policy,
-            self._secret_getter(request.namespace),
+            reads,
             now=now,
             current=served.credential if served else None,
             settings=rotation_settings(policy["spec"]),
@@ -114,6 +117,17 @@ class PolicyReconciler:
             return self._failed(policy, unsupported, ctx)
         self._ensure_finalizer(policy, source)
         minted = source.calls_provider(policy["spec"])
+        if not minted and served is not None and self._copy_is_current(policy, source, served):
+            # Copied from the very Secret versions the metadata cache shows: nothing to read.
+            # Served through the write path all the same, so edited metadata is repaired.
+            return self._serve_new(
+                policy,
+                source,
+                Credential(served.credential.data),  # a copy never expires
+                minted=False,
+                ctx=ctx,
+                copied_from=served.source_version,
+            )
         why = refresh_reason(policy, served, source, ctx) if minted else "copy"
         if why is None:
             assert served is not None
@@ -124,7 +138,28 @@ class PolicyReconciler:
             SourceContext(**{**ctx.__dict__, "forced": why not in ("due", "copy")}),
             why=why,
             minted=minted,
+            reads=reads,
         )
+
+    def _copy_is_current(
+        self, policy: api.Policy, source: CredentialSource, served: derived.Served
+    ) -> bool:
+        """Whether the served copy is intact, was copied for this spec, and from the versions of
+        its source Secrets that the metadata cache shows now (``rotator.dev/source-version``).
+        A derived Secret written before the annotation existed has none: read once, annotated."""
+        if not served.intact or served.malformed or served.source_version is None:
+            return False
+        if served.spec_hash != derived.spec_hash(policy["spec"]):
+            return False
+        versions = []
+        for name in _source_names(source, policy):
+            key = objects.make_key(objects.namespace(policy), name)  # its own namespace only
+            cached = self._secret_versions.get(key)
+            if cached is None:
+                return False  # gone: the copy path says SecretNotFound, without a read
+            md = objects.meta(cached)
+            versions.append((md.get("uid", ""), md.get("resourceVersion", "")))
+        return bool(versions) and served.source_version == derived.source_version(versions)
 
     def _refresh(
         self,
@@ -134,6 +169,7 @@ class PolicyReconciler:
         *,
         why: str,
         minted: bool,
+        reads: SourceReads,
     ) -> Result:
         """Mints (or copies) a new credential and serves it."""
         if minted and not source.idempotent(policy["spec"]):
@@ -155,7 +191,10 @@ class PolicyReconciler:
         credential = whole_seconds(outcome)
         if minted:
             log.info("policy.credentials_minted", why=why)
-        return self._serve_new(policy, source, credential, minted=minted, ctx=ctx)
+        copied_from = None if minted else reads.source_version(_source_names(source, policy))
+        return self._serve_new(
+            policy, source, credential, minted=minted, ctx=ctx, copied_from=copied_from
+        )
 
     def _serve_new(
         self,
@@ -165,12 +204,15 @@ class PolicyReconciler:
         *,
         minted: bool,
         ctx: SourceContext,
+        copied_from: str | None = None,
     ) -> Result:
         answered = (objects.meta(policy).get("annotations") or {}).get(
             api.ROTATE_REQUESTED_ANNOTATION
         )
         try:
-            change = self._write_derived(policy, credential, minted=minted, answered=answered)
+            change = self._write_derived(
+                policy, credential, minted=minted, answered=answered, copied_from=copied_from
+            )
         except Exception as exc:
             if minted:
                 self._discard(source, credential, ctx)  # the new credential is nobody's
@@ -245,18 +287,22 @@ class PolicyReconciler:
         md = policy["metadata"]
         return objects.make_key(md["namespace"], api.derived_secret_name(md["name"]))
 
-    def _secret_getter(self, namespace: str) -> Any:
-        def secret_data(name: str) -> Mapping[str, str] | None:
-            secret = self._secrets.get(namespace, name)
-            return None if secret is None else dict(secret.get("data") or {})
-
-        return secret_data
+    def _secret_getter(self, namespace: str) -> SourceReads:
+        return SourceReads(self._secrets, namespace)
 
     def _write_derived(
-        self, policy: api.Policy, credential: Credential, *, minted: bool, answered: str | None
+        self,
+        policy: api.Policy,
+        credential: Credential,
+        *,
+        minted: bool,
+        answered: str | None,
+        copied_from: str | None = None,
     ) -> Change:
         """Writes the derived Secret if it differs from the cached one; says what changed."""
-        desired = derived.build(policy, credential, minted=minted, answered_request=answered)
+        desired = derived.build(
+            policy, credential, minted=minted, answered_request=answered, copied_from=copied_from
+        )
         md = desired["metadata"]
         actual = self._managed.get(self._derived_key(policy))
         if actual is None:
@@ -542,6 +588,38 @@ class PolicyReconciler:
             },
             field_manager=api.FIELD_MANAGER,
         )
+
+
+class SourceReads:
+    """The :data:`~.credentialsources.SecretGetter` a reconcile hands its source: Secrets of the
+    policy's own namespace, through the :class:`FullObjectReader`, remembering the uid and
+    resourceVersion of each body returned — what a copy records as
+    ``rotator.dev/source-version``: the versions actually read, not the cache's idea of them."""
+
+    def __init__(self, secrets: FullObjectReader, namespace: str) -> None:
+        self._secrets = secrets
+        self._namespace = namespace
+        self.versions: dict[str, tuple[str, str]] = {}
+
+    def __call__(self, name: str) -> Mapping[str, str] | None:
+        secret = self._secrets.get(self._namespace, name)
+        if secret is None:
+            return None
+        md = objects.meta(secret)
+        self.versions[name] = (md.get("uid", ""), md.get("resourceVersion", ""))
+        return dict(secret.get("data") or {})
+
+    def source_version(self, names: list[str]) -> str | None:
+        """The ``rotator.dev/source-version`` of what was read from ``names``; None unless every
+        one was read."""
+        if not names or any(n not in self.versions for n in names):
+            return None
+        return derived.source_version(self.versions[n] for n in names)
+
+
+def _source_names(source: CredentialSource, policy: api.Policy) -> list[str]:
+    """The Secrets a policy's source reads, each once, in the order its spec names them."""
+    return list(dict.fromkeys(ref["name"] for ref in source.secret_refs(policy["spec"])))
 
 
 def whole_seconds(credential: Credential) -> Credential:

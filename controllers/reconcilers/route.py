@@ -21,9 +21,10 @@ from typing import Any, cast
 import structlog
 
 from controllers.reconcilers import api, conditions, echoes, routeconfig, status
-from controllers.reconcilers.backend import policies_for
+from controllers.reconcilers.backend import policies_for, settling
 from controllers.reconcilers.conditions import false, true
 from controllers.reconcilers.derived import owner_reference
+from controllers.reconcilers.restarts import RolloutRestarts
 from controllers.runtime import apply, events, objects
 from controllers.runtime import client as clients
 from controllers.runtime import clock as clocks
@@ -52,8 +53,10 @@ class RouteReconciler:
         recorder: events.EventRecorder,
         own_writes: echoes.OwnWrites,
         clock: clocks.Clock,
+        restarts: RolloutRestarts | None = None,
     ) -> None:
         self._api = api_client
+        self._restarts = restarts or RolloutRestarts(api_client, recorder, clock)
         self._own_writes = own_writes
         self._routes = routes
         self._backends = backends
@@ -68,6 +71,11 @@ class RouteReconciler:
             return Result()  # the config Secret goes with its owner (garbage collector)
         route = cast(api.Route, cached)
         now = self._clock.now()
+        names = {ref["name"] for rule in route["spec"]["rules"] for ref in rule["backendRefs"]}
+        if (wait := settling(route, now)) > 0 and any(
+            self._arriving(request.namespace, name) for name in names
+        ):
+            return Result(requeue_after=wait)  # a new route waits for what was applied with it
         resolved: dict[str, routeconfig.ResolvedBackend] = {}
         expiries: list[float] = []
         problems: dict[str, Unresolved] = {}
@@ -83,22 +91,31 @@ class RouteReconciler:
                     continue
                 if expiry is not None:
                     expiries.append(expiry)
-        programmed = self._program(route, routeconfig.render(route, resolved))
+        text = routeconfig.render(route, resolved)
+        programmed = self._program(route, text)
+        # spec.rolloutRestartTargets: rolled out once the configuration is in place (restarts.py)
+        in_place = routeconfig.config_hash(text) if programmed.status == "True" else None
+        rollout = self._restarts.reconcile(route, in_place)
         status.write(
             self._api,
             self._recorder,
             route,
             api.ROUTES,
-            fields={},
+            fields=rollout.fields,
             updates=[
                 true(api.ACCEPTED, "Accepted", "the spec is valid"),
                 _resolved_refs(problems),
                 programmed,
+                *rollout.updates,
             ],
             now=now,
             event_types=(api.RESOLVED_REFS, api.PROGRAMMED),
+            drop=rollout.drop,
         )
-        return Result(requeue_after=max(0.0, min(expiries) - now) + 0.001) if expiries else Result()
+        waits = [max(0.0, min(expiries) - now) + 0.001] if expiries else []
+        if rollout.requeue_after is not None:
+            waits.append(rollout.requeue_after)
+        return Result(requeue_after=min(waits)) if waits else Result()
 
     def _program(self, route: api.Route, text: str) -> conditions.Cond:
         """Writes the config Secret if it can be written; the ``Programmed`` condition either way.
@@ -134,6 +151,26 @@ class RouteReconciler:
         if actual is None:
             return f"Secret {name} was not written"
         return f"Secret {name} keeps the previous configuration, which is stale"
+
+    def _arriving(self, namespace: str, name: str) -> bool:
+        """Whether what backend ``name`` resolves from may still be on its way to the cache: the
+        backend, its policy, that policy's first ``Ready``, or the derived Secret of a Ready
+        policy. A new route waits (``backend.settling``) instead of writing a configuration
+        without the backend and, a moment later, with it."""
+        key = objects.make_key(namespace, name)
+        if self._backends.get(key) is None:
+            return True
+        policies = policies_for(self._policies, key)
+        if len(policies) != 1:
+            return not policies  # several: a conflict, not a delay
+        ready = conditions.of(policies[0], api.READY)
+        if ready is None:
+            return True
+        secret = api.derived_secret_name(objects.name(policies[0]))
+        return (
+            ready["status"] == "True"
+            and self._managed.get(objects.make_key(namespace, secret)) is None
+        )
 
     def _resolve(
         self, namespace: str, name: str, now: float
@@ -178,8 +215,14 @@ class RouteReconciler:
             data = routeconfig.credentials_text(secret.get("data") or {})
         except routeconfig.InvalidCredentials as exc:
             raise Unresolved(api.REASON_INVALID_CREDENTIALS, f"{where}: {exc}") from None
+        # The header comes from the spec, not the derived Secret: changing it bumps the
+        # policy's generation, which wakes the Route, and needs no new credential.
         credentials = routeconfig.ResolvedCredentials(
-            policy_name, str(policy["spec"]["type"]), data, expires
+            policy_name,
+            str(policy["spec"]["type"]),
+            data,
+            expires,
+            header=routeconfig.api_key_header(policy["spec"]),
         )
         return routeconfig.ResolvedBackend(name, spec, credentials), expiry
 

@@ -6,6 +6,12 @@ turns a derived Secret's data into text or says which key is not (never what it 
 Route reconciler leaves that one backend out. A configuration larger than a Secret can hold
 (:data:`MAX_SECRET_BYTES`) cannot be written at all: :func:`secret_size` lets the reconciler refuse
 it with a condition instead of sending a request the API server would reject.
+
+How a gateway presents a credential is stated in the configuration, not left to knowledge of
+providers: an API key's :class:`CredentialHeader` says which header it goes in and whether its
+value is ``Bearer <key>`` or the key alone. The default, ``Authorization: Bearer``, is left
+implicit (no ``header`` block), as it was before the block existed, so the configurations of
+existing policies keep their bytes and hash.
 """
 
 from __future__ import annotations
@@ -36,12 +42,49 @@ class InvalidCredentials(ValueError):
         self.key = key
 
 
+BEARER = "Bearer"
+"""Header value format: ``Bearer <key>`` (RFC 6750's scheme)."""
+RAW = "Raw"
+"""Header value format: the key alone, no scheme (Azure OpenAI's ``api-key``, Anthropic's
+``x-api-key``)."""
+
+
+@dataclass(frozen=True)
+class CredentialHeader:
+    """The HTTP header a gateway sends an API key in: its name, and the value's format
+    (:data:`BEARER` or :data:`RAW`). Never holds the key."""
+
+    name: str
+    format: str
+
+
+IMPLICIT_HEADER = CredentialHeader(api.DEFAULT_API_KEY_HEADER, BEARER)
+"""What an ``APIKey`` credential without a ``header`` block means: ``Authorization: Bearer
+<key>``, the only behaviour before the block existed."""
+
+
+def api_key_header(spec: Mapping[str, Any]) -> CredentialHeader | None:
+    """The header block of a policy's credentials, from its ``spec``; None when there is none to
+    state: a type other than ``APIKey`` (their ``type`` says how they are used), or
+    :data:`IMPLICIT_HEADER` (left implicit, so existing configurations keep their bytes).
+
+    ``Authorization`` carries the ``Bearer`` scheme; the other headers carry the key as it is.
+    """
+    if spec.get("type") != "APIKey":
+        return None
+    name = str((spec.get("apiKey") or {}).get("header") or api.DEFAULT_API_KEY_HEADER)
+    header = CredentialHeader(name, BEARER if name == "Authorization" else RAW)
+    return None if header == IMPLICIT_HEADER else header
+
+
 @dataclass(frozen=True)
 class ResolvedCredentials:
     policy: str
     type: str
     data: Mapping[str, str] = field(repr=False)
     expires_at: str | None = None
+    header: CredentialHeader | None = None
+    """Stated in the configuration when set; see :func:`api_key_header`."""
 
 
 @dataclass(frozen=True)
@@ -126,6 +169,8 @@ def _backend(backend: ResolvedBackend, *, weight: int, priority: int) -> dict[st
         creds: dict[str, Any] = {"type": c.type, "policy": c.policy}
         if c.expires_at:
             creds["expiresAt"] = c.expires_at
+        if c.header is not None:
+            creds["header"] = {"name": c.header.name, "format": c.header.format}
         creds["data"] = {k: c.data[k] for k in sorted(c.data)}
         out["credentials"] = creds
     return out

@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from controllers.reconcilers import api, conditions, echoes, indexes, secretviews
+from controllers.reconcilers import api, conditions, crviews, echoes, indexes, secretviews
 from controllers.reconcilers.backend import BackendReconciler
 from controllers.reconcilers.credentialsources import CredentialSource
 from controllers.reconcilers.credentialsources.apikey import APIKeySource
@@ -47,6 +47,7 @@ from controllers.runtime.reconcile import Request
 from rotator import oidc
 from rotator.providers import azure
 from rotator.providers.aws import clients as aws_clients
+from rotator.providers.gcp import adc as gcp_adc
 from rotator.providers.gcp import common as gcp_common
 
 
@@ -68,6 +69,10 @@ class ChainOptions:
     allow_insecure_oidc_issuers: bool = False
     """Accept ``http://`` OIDC issuers (client secrets in clear): local development only.
     Defaults to False (an http issuer fails its policies with reason InsecureIssuer)."""
+    controller_identity_namespaces: frozenset[str] = frozenset()
+    """Namespaces whose policies may use the controller's own cloud identity
+    (``controllerIdentity``); ``*`` for all. Defaults to none
+    (credentialsources.check_controller_identity)."""
 
 
 def _spec_or_annotations_changed(old: Body | None, new: Body) -> bool:
@@ -136,12 +141,15 @@ def credential_sources(
             tokens=tokens,
             service_accounts=service_accounts,
             iam_grace=options.iam_key_grace_period,
+            identity_namespaces=options.controller_identity_namespaces,
         ),
         "GCPCredentials": GCPCredentialsSource(
             transport=gcp_common.Transport(metrics, concurrency=concurrency),
             endpoints=options.gcp_endpoints,
             tokens=tokens,
             service_accounts=service_accounts,
+            application_default=gcp_adc.ApplicationDefault(metrics, concurrency=concurrency),
+            controller_identity_namespaces=options.controller_identity_namespaces,
         ),
         "AzureCredentials": AzureCredentialsSource(
             azure=azure.Azure(
@@ -149,6 +157,7 @@ def credential_sources(
             ),
             tokens=tokens,
             service_accounts=service_accounts,
+            controller_identity_namespaces=options.controller_identity_namespaces,
         ),
     }
 
@@ -174,9 +183,9 @@ def register(
         transform=secretviews.managed,
         page_size=secretviews.MANAGED_PAGE_SIZE,
     )
-    policies = cache.informer(api.POLICIES)
-    backends = cache.informer(api.BACKENDS)
-    routes = cache.informer(api.ROUTES)
+    policies = cache.informer(api.POLICIES, transform=crviews.policy)
+    backends = cache.informer(api.BACKENDS, transform=crviews.backend)
+    routes = cache.informer(api.ROUTES, transform=crviews.route)
     policies.add_index(indexes.POLICY_BY_SECRET, indexes.policy_secrets(credential_sources_))
     policies.add_index(indexes.POLICY_BY_BACKEND, indexes.policy_backends)
     routes.add_index(indexes.ROUTE_BY_BACKEND, indexes.route_backends)
@@ -214,6 +223,7 @@ def register(
         policies=policies.store,
         managed_secrets=managed.store,
         secrets=FullObjectReader(mgr.api, all_secrets),
+        secret_versions=all_secrets.store,
         sources=credential_sources_,
         recorder=mgr.recorder,
         metrics=metrics,

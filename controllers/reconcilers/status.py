@@ -3,7 +3,7 @@ record an Event for each condition whose status or reason changed."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from controllers.reconcilers import api, conditions
@@ -22,12 +22,15 @@ def write(
     updates: Sequence[conditions.Cond],
     now: float,
     event_types: Sequence[str],
+    drop: Collection[str] = (),
 ) -> bool:
     """Applies ``fields`` plus the merged conditions as the whole status if it differs from the
-    cached one; an Event per transition of a condition in ``event_types``. True if it wrote."""
+    cached one; an Event per transition of a condition in ``event_types``. True if it wrote.
+    Conditions of the types in ``drop`` are removed (they no longer apply)."""
     old = obj.get("status") or {}
     generation = int(objects.meta(obj).get("generation") or 0)
     merged = conditions.merge(old.get("conditions"), updates, generation=generation, now=now)
+    merged = [c for c in merged if c["type"] not in drop]
     status = {**fields, "conditions": merged}
     if status == old:
         return False

@@ -5,6 +5,7 @@ counts every request the controller's ServiceAccount makes)."""
 from __future__ import annotations
 
 import functools
+import json
 
 from tests.support.audit import AuditLog
 from tests.support.chain import Chain
@@ -123,3 +124,114 @@ def test_resync_with_nothing_to_change_makes_no_writes(
         )
     finally:
         controller.restart()
+
+
+# --- reads and status writes per chain (docs/design.md, "Caches"; issue 13) -----------------
+
+
+def reconciled_this_run(controller: ControllerProcess, namespace: str, name: str) -> set[str]:
+    """The objects controller ``name`` has started reconciling in ``namespace`` since the
+    controller's last start (its own log file)."""
+    log = controller.workdir / f"controller-{controller.runs}.log"
+    found = set()
+    for line in log.read_text(errors="replace").splitlines():
+        if '"reconcile.started"' in line:
+            entry = json.loads(line)
+            if (entry.get("namespace"), entry.get("controller")) == (namespace, name):
+                found.add(entry["name"])
+    return found
+
+
+def secret_gets(audit_log: AuditLog, mark: int, namespace: str) -> list[str]:
+    return [
+        r.name
+        for r in audit_log.since(mark)
+        if (r.verb, r.resource, r.namespace, r.stage)
+        == ("get", "secrets", namespace, "ResponseComplete")
+    ]
+
+
+def status_writes(audit_log: AuditLog, mark: int, namespace: str, name: str) -> int:
+    return sum(
+        1
+        for w in audit_log.writes_since(mark)
+        if (w.resource, w.subresource, w.namespace, w.name)
+        == ("servicebackends", "status", namespace, name)
+    )
+
+
+def test_a_cold_start_reads_each_source_once_and_a_no_op_restart_reads_none(
+    chain: Chain, controller: ControllerProcess, audit_log: AuditLog
+) -> None:
+    """Cold start (the chains made while no controller ran): at most one GET per source
+    Secret, one status write per ServiceBackend. Restart with nothing changed: no Secret GET
+    (rotator.dev/source-version matches the metadata cache), no write.
+
+    Mutations caught (each checked by hand): the source-version shortcut removed from the
+    policy reconcile (2 GETs on the restart); the backend writing ``PolicyNotReady`` for a
+    policy not reconciled yet (2 status writes per backend on the cold start)."""
+    controller.stop()
+    try:
+        for i in range(2):
+            chain.secret(f"k{i}", apiKey=f"sk-gets-{i}-initial")
+            chain.api_key_policy(f"p{i}", secret=f"k{i}", targets=[f"b{i}"])
+            chain.backend(f"b{i}")
+            chain.route(f"r{i}", [f"b{i}"])
+        cold = audit_log.mark()
+        controller.start()
+        for i in range(2):
+            chain.wait_condition("backend", f"b{i}", "ResolvedRefs", "True", "ResolvedRefs")
+            chain.wait_condition("route", f"r{i}", "ResolvedRefs", "True")
+        wait_for(controller.idle, what="settled after the cold start")
+        gets = secret_gets(audit_log, cold, chain.ns)
+        print(f"\ncold start: Secret GETs {gets}")
+        assert sorted(gets) == ["k0", "k1"], "each source read once (and the reads are logged)"
+        assert [status_writes(audit_log, cold, chain.ns, f"b{i}") for i in range(2)] == [1, 1]
+
+        controller.stop()
+        restart = audit_log.mark()
+        controller.start()
+        wait_for(
+            lambda: (
+                reconciled_this_run(controller, chain.ns, "backendsecuritypolicy") >= {"p0", "p1"}
+            ),
+            what="both policies reconciled after the restart",
+        )
+        wait_for(controller.idle, what="settled after the restart")
+        assert secret_gets(audit_log, restart, chain.ns) == []
+        assert [w for w in audit_log.writes_since(restart) if w.namespace == chain.ns] == []
+    finally:
+        if controller.proc is None:
+            controller.start()
+
+
+def test_a_backend_created_with_its_policy_gets_one_status_write(
+    chain: Chain, controller: ControllerProcess, audit_log: AuditLog
+) -> None:
+    """Created together — the backend first, the order most likely to race — it is written
+    once, resolved; created before its policy, ``NoPolicy`` once, then resolved once (a real
+    transition), and no ``PolicyNotReady`` between.
+
+    Mutations caught (each checked by hand): no settle time for a new backend that no policy
+    targets (``NoPolicy`` then resolved: 2 writes); the backend writing ``PolicyNotReady`` for
+    a policy not reconciled yet (a write between ``NoPolicy`` and resolved: 3)."""
+    mark = audit_log.mark()
+    chain.secret("k", apiKey="sk-together-initial")
+    chain.backend("together")
+    chain.api_key_policy("p", secret="k", targets=["together"])
+    chain.wait_condition("backend", "together", "ResolvedRefs", "True", "ResolvedRefs")
+
+    chain.backend("before")
+    chain.wait_condition("backend", "before", "ResolvedRefs", "True", "NoPolicy")
+    chain.secret("k2", apiKey="sk-before-initial")
+    chain.api_key_policy("p2", secret="k2", targets=["before"])
+    chain.wait_condition("backend", "before", "ResolvedRefs", "True", "ResolvedRefs")
+    wait_for(controller.idle, what="settled")
+    assert status_writes(audit_log, mark, chain.ns, "together") == 1
+    assert status_writes(audit_log, mark, chain.ns, "before") == 2
+    wait_for(
+        lambda: chain.event_reasons("before") >= {"NoPolicy", "ResolvedRefs"},
+        what="the two Events of the real transition",
+    )
+    assert chain.event_reasons("together") == {"ResolvedRefs"}
+    assert "PolicyNotReady" not in chain.event_reasons("before")

@@ -47,7 +47,13 @@ class Chain:
         self.secret_values.update(values)
 
     def api_key_policy(
-        self, name: str, *, secret: str, targets: list[str], key: str | None = None
+        self,
+        name: str,
+        *,
+        secret: str,
+        targets: list[str],
+        key: str | None = None,
+        header: str | None = None,
     ) -> None:
         ref: dict[str, str] = {"name": secret, **({"key": key} if key else {})}
         self.create(
@@ -56,7 +62,7 @@ class Chain:
             {
                 "type": "APIKey",
                 "targetRefs": [{"name": t} for t in targets],
-                "apiKey": {"secretRef": ref},
+                "apiKey": {"secretRef": ref, **({"header": header} if header else {})},
             },
         )
 

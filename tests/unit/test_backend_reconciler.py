@@ -15,6 +15,7 @@ from typing import Any, cast
 import pytest
 
 from controllers.reconcilers import api, indexes
+from controllers.reconcilers import backend as backend_mod
 from controllers.reconcilers.backend import BackendReconciler
 from controllers.runtime import client as clients
 from controllers.runtime import clock as clocks
@@ -34,16 +35,26 @@ class World:
         self.recorder = RecordingEvents()
         self.backends, self.policies = Store(), Store()
         self.policies.add_index(indexes.POLICY_BY_BACKEND, indexes.policy_backends)
+        self.clock = clocks.FakeClock(NOW)
         self.reconciler = BackendReconciler(
             api_client=cast(clients.Client, self.api),
             backends=self.backends,
             policies=self.policies,
             recorder=cast(events.EventRecorder, self.recorder),
-            clock=clocks.FakeClock(NOW),
+            clock=self.clock,
         )
         self.backends.upsert(
             {"metadata": {"name": "b", "namespace": NS, "generation": 1}, "spec": {}}
         )
+
+    def created(self, at: float | str, *, status: dict[str, Any] | None = None) -> None:
+        """Backend ``b`` was created at ``at`` (a time, or any text), with ``status``."""
+        md = {"name": "b", "namespace": NS, "generation": 1}
+        stamp = clocks.rfc3339(at) if isinstance(at, float) else at
+        backend: dict[str, Any] = {"metadata": {**md, "creationTimestamp": stamp}, "spec": {}}
+        if status is not None:
+            backend["status"] = status
+        self.backends.upsert(backend)
 
     def policy(self, name: str, ready: dict[str, Any] | None, **metadata: Any) -> None:
         """A policy targeting backend ``b``, with ``ready`` as its Ready condition."""
@@ -111,11 +122,54 @@ def test_a_policy_that_is_not_ready_passes_its_message_on(world: World) -> None:
     assert world.resolved()["message"] == "BackendSecurityPolicy p is not ready: STS down"
 
 
-def test_a_policy_never_reconciled_is_not_ready(world: World) -> None:
+def test_a_policy_never_reconciled_is_waited_for_then_written_once(world: World) -> None:
+    """Its first status wakes the backend (setup). Mutation caught: the old ``PolicyNotReady``
+    ("not reconciled yet") write, then a second write — two patches and two Events."""
     world.policy("p", None)
     world.reconcile()
-    assert world.resolved()["reason"] == "PolicyNotReady"
-    assert "not reconciled yet" in world.resolved()["message"]
+    assert world.statuses() == []
+    assert world.recorder.events == []
+    world.policy("p", READY)
+    world.reconcile()
+    assert len(world.statuses()) == 1
+    assert world.resolved()["reason"] == "ResolvedRefs"
+    assert [r for _, r, _ in world.recorder.events] == ["ResolvedRefs"]
+
+
+def test_a_new_backend_no_policy_targets_waits_out_the_settle_time(world: World) -> None:
+    """Mutation caught: no settle time (``NoPolicy`` written at once, then the policy applied
+    with the backend arrives: a second write)."""
+    world.created(NOW)
+    world.clock.advance(0.5)
+    result = world.reconciler.reconcile(Request(NS, "b"))
+    assert world.statuses() == []
+    assert result.requeue_after == pytest.approx(backend_mod.SETTLE_SECONDS - 0.5)
+    world.clock.advance(backend_mod.SETTLE_SECONDS - 0.5)
+    world.reconcile()
+    assert world.resolved()["reason"] == "NoPolicy"
+
+
+def test_a_new_backend_whose_policy_is_there_does_not_wait(world: World) -> None:
+    world.created(NOW)
+    world.policy("p", READY)
+    world.reconcile()
+    assert world.resolved()["reason"] == "ResolvedRefs"
+
+
+@pytest.mark.parametrize(
+    ("created", "status"),
+    [
+        (NOW + 30, None),  # the controller's clock behind the API server's: no wait on a skew
+        ("not a time", None),
+        (NOW, {"conditions": []}),  # written before: a change is reported at once
+    ],
+)
+def test_no_settle_time_without_a_readable_past_creation_or_with_a_status(
+    world: World, created: float | str, status: dict[str, Any] | None
+) -> None:
+    world.created(created, status=status)
+    world.reconcile()
+    assert world.resolved()["reason"] == "NoPolicy"
 
 
 def test_an_unchanged_status_is_not_written_again(world: World) -> None:
@@ -140,7 +194,7 @@ def test_a_missing_or_deleted_backend_writes_nothing(world: World) -> None:
 TESTS_OF = {
     "BackendSecurityPolicy": ("test_policy_reconciler.py", "test_policy_faults.py"),
     "ServiceBackend": ("test_backend_reconciler.py",),
-    "Route": ("test_route_reconciler.py",),
+    "Route": ("test_route_reconciler.py", "test_rollout_restarts.py"),
 }
 """The unit tests of each kind's reconciler."""
 

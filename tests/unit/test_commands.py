@@ -185,6 +185,12 @@ def test_copied_and_minted_sources_are_told_apart() -> None:
     assert policyview.copies({"type": "APIKey", "apiKey": {"secretRef": {}}})
     aws_file = {"type": "AWSCredentials", "awsCredentials": {"credentialsFile": {}}}
     assert policyview.copies(aws_file)
+    chained = {
+        "type": "AWSCredentials",
+        "awsCredentials": {"credentialsFile": {}, "assumeRole": {}},
+    }
+    assert not policyview.copies(chained), "a chain on a file mints sessions"
+    assert policyview.source_of(chained) == "credentialsFile+assumeRole"
     sa = {"type": "AWSCredentials", "awsCredentials": {"region": "r", "serviceAccountToken": {}}}
     assert not policyview.copies(sa)
     assert not policyview.copies({"type": "GCPCredentials", "gcpCredentials": {}})

@@ -99,6 +99,7 @@ class World:
             policies=self.policies,
             managed_secrets=self.managed,
             secrets=cast(FullObjectReader, None),
+            secret_versions=Store(),
             sources={"AWSCredentials": self.source},
             recorder=cast(events.EventRecorder, self.events),
             metrics=CredentialMetrics(self.registry),

@@ -13,15 +13,19 @@ import base64
 from typing import Any, cast
 
 import pytest
+from kubernetes.client import ApiClient, Configuration
 from prometheus_client import CollectorRegistry
 
 from controllers.reconcilers import api, derived, echoes, indexes, tokens
 from controllers.reconcilers.credentialsources import (
+    ControllerIdentityNotAllowed,
     SecretNotFound,
     SourceContext,
     UnsupportedSource,
     rotation_settings,
 )
+from controllers.reconcilers.credentialsources.apikey import APIKeySource
+from controllers.reconcilers.credentialsources.aws import AWSCredentialsSource
 from controllers.reconcilers.metrics import CredentialMetrics
 from controllers.reconcilers.policy import PolicyReconciler, refresh_reason
 from controllers.runtime import client as clients
@@ -29,10 +33,13 @@ from controllers.runtime import clock as clocks
 from controllers.runtime import errors as api_errors
 from controllers.runtime import events, objects
 from controllers.runtime.cache import FullObjectReader
+from controllers.runtime.informer import Informer
 from controllers.runtime.reconcile import Request
 from controllers.runtime.store import Store
 from rotator import errors, oidc
 from rotator.credentials import Credential
+from rotator.providers.aws import identity as aws_identity
+from rotator.providers.aws import sts as aws_sts
 from tests.unit.test_policy_faults import Events, RecordingAPI, ScriptedSource, session
 
 NS = "ns"
@@ -140,6 +147,7 @@ class World:
             policies=self.policies,
             managed_secrets=self.managed,
             secrets=cast(FullObjectReader, None),  # the scripted source reads no Secret
+            secret_versions=Store(),
             sources=sources,
             recorder=cast(events.EventRecorder, self.events),
             metrics=CredentialMetrics(self.registry),
@@ -355,7 +363,7 @@ def test_no_reason_serves_the_cached_credential_without_minting_or_writing(
     assert 0 < delay < 3590
 
 
-def test_a_copied_credential_is_rederived_every_time_and_has_no_timer(world: World) -> None:
+def test_a_copied_credential_is_derived_and_has_no_timer(world: World) -> None:
     world.source.minting = False
     world.source.outcome = Credential({"apiKey": b"sk-1"})
     assert world.reconcile() is None
@@ -363,6 +371,231 @@ def test_a_copied_credential_is_rederived_every_time_and_has_no_timer(world: Wor
     assert world.source.asked[0].forced is False
     assert len(world.api.secret_writes()) == 1
     assert "renewalTime" not in world.api.statuses()[-1]
+
+
+# --- copies: each source version read once (rotator.dev/source-version) -------------------
+
+
+class SourceSecrets:
+    """The API as a copy sees it: GETs of source Secrets (counted, by namespace and name) and
+    the writes of the reconcile (recorded); ``bodies`` is what the server holds."""
+
+    def __init__(self) -> None:
+        self.bodies: dict[tuple[str, str], dict[str, Any]] = {}
+        self.gets: list[tuple[str, str]] = []
+        self.patches: list[tuple[str, str, Any]] = []
+
+    def get(self, resource: objects.Resource, name: str, *, namespace: str) -> dict[str, Any]:
+        self.gets.append((namespace, name))
+        if (namespace, name) not in self.bodies:
+            raise api_errors.NotFound(f"secrets {name} not found")
+        return self.bodies[namespace, name]
+
+    def patch(self, resource: objects.Resource, name: str, body: Any, **_: Any) -> dict[str, Any]:
+        self.patches.append((resource.plural, name, body))
+        if resource != objects.SECRETS:
+            return cast(dict[str, Any], body)
+        return {**body, "metadata": {**body["metadata"], "resourceVersion": "100"}}
+
+    def derived_writes(self) -> list[dict[str, Any]]:
+        return [b for plural, n, b in self.patches if plural == "secrets" and "data" in b]
+
+
+class CopyWorld:
+    """An API-key policy in namespace ``ns`` copying Secret ``key``, through the real
+    :class:`APIKeySource`, :class:`FullObjectReader` and all-Secrets metadata store — as after
+    a restart: empty body cache, the derived Secret in the managed cache."""
+
+    def __init__(self) -> None:
+        self.api = SourceSecrets()
+        metadata = Informer(
+            clients.Client(ApiClient(Configuration())), objects.SECRETS, metadata_only=True
+        )
+        self.versions = metadata.store
+        self.policies, self.managed = Store(), Store()
+        self.reconciler = PolicyReconciler(
+            api_client=cast(clients.Client, self.api),
+            policies=self.policies,
+            managed_secrets=self.managed,
+            secrets=FullObjectReader(cast(clients.Client, self.api), metadata),
+            secret_versions=self.versions,
+            sources={"APIKey": APIKeySource()},
+            recorder=cast(events.EventRecorder, Events()),
+            metrics=CredentialMetrics(CollectorRegistry()),
+            own_writes=echoes.OwnWrites(),
+            clock=clocks.FakeClock(NOW),
+        )
+        self.policy: dict[str, Any] = {
+            "apiVersion": api.API_VERSION,
+            "kind": "BackendSecurityPolicy",
+            "metadata": {"name": "p", "namespace": NS, "uid": "u", "generation": 1},
+            "spec": {"type": "APIKey", "apiKey": {"secretRef": {"name": "key", "key": "apiKey"}}},
+        }
+        self.policies.upsert(self.policy)
+        self.source("sk-1", version="7")
+
+    def source(self, value: str, *, version: str, namespace: str = NS) -> None:
+        """Secret ``key`` at ``version`` on the server and in the metadata cache."""
+        md = {"name": "key", "namespace": namespace, "uid": "uid-key", "resourceVersion": version}
+        self.api.bodies[namespace, "key"] = {
+            "metadata": md,
+            "data": {"apiKey": base64.b64encode(value.encode()).decode()},
+        }
+        self.versions.upsert({"metadata": dict(md)})
+
+    def serve(self, value: str, *, copied_from: str | None) -> None:
+        """The derived Secret a previous run wrote; ``copied_from=None``: before the
+        annotation (and the copy's spec-hash) existed."""
+        secret = derived.build(
+            cast(api.Policy, self.policy),
+            Credential({"apiKey": value.encode()}),
+            minted=False,
+            copied_from=copied_from,
+        )
+        if copied_from is None:
+            del secret["metadata"]["annotations"][api.SPEC_HASH_ANNOTATION]
+        secret["metadata"]["resourceVersion"] = "50"
+        self.managed.upsert(secret)
+
+    def reconcile(self) -> None:
+        self.reconciler.reconcile(Request(NS, "p"))
+
+    def written_version(self) -> str | None:
+        annotations = self.api.derived_writes()[-1]["metadata"]["annotations"]
+        return cast(str | None, annotations.get(api.SOURCE_VERSION_ANNOTATION))
+
+    def written_key(self) -> bytes:
+        return base64.b64decode(self.api.derived_writes()[-1]["data"]["apiKey"])
+
+
+@pytest.fixture
+def copy() -> CopyWorld:
+    return CopyWorld()
+
+
+def test_a_copy_from_the_versions_the_cache_shows_reads_and_writes_nothing(
+    copy: CopyWorld,
+) -> None:
+    """The no-op restart: 0 GETs. Mutation caught: the ``_copy_is_current`` shortcut removed
+    (one GET, as before the annotation)."""
+    copy.serve("sk-1", copied_from="uid-key/7")
+    copy.reconcile()
+    assert copy.api.gets == []
+    assert copy.api.derived_writes() == []
+
+
+def test_a_source_at_another_version_is_read_once_and_recorded(copy: CopyWorld) -> None:
+    """Mutation caught: recording the version the metadata cache shows instead of the one read
+    (the server is at 9 already, the cache still at 8)."""
+    copy.serve("sk-1", copied_from="uid-key/7")
+    copy.source("sk-2", version="8")
+    copy.api.bodies[NS, "key"]["metadata"]["resourceVersion"] = "9"
+    copy.reconcile()
+    assert copy.api.gets == [(NS, "key")]
+    assert copy.written_key() == b"sk-2"
+    assert copy.written_version() == "uid-key/9"
+
+
+def test_a_derived_secret_without_the_annotation_is_read_once_then_annotated(
+    copy: CopyWorld,
+) -> None:
+    """The upgrade: one GET, one write adding the annotations (same data), then nothing."""
+    copy.serve("sk-1", copied_from=None)
+    copy.reconcile()
+    assert copy.api.gets == [(NS, "key")]
+    written = copy.api.derived_writes()
+    assert len(written) == 1
+    assert written[0]["data"] == {"apiKey": base64.b64encode(b"sk-1").decode()}, "no new data"
+    assert copy.written_version() == "uid-key/7"
+    copy.managed.upsert({**written[0], "metadata": {**written[0]["metadata"]}})
+    copy.reconcile()
+    assert copy.api.gets == [(NS, "key")], "annotated: not read again"
+    assert len(copy.api.derived_writes()) == 1
+
+
+def test_an_edited_derived_secret_is_copied_again_despite_the_version(copy: CopyWorld) -> None:
+    """The credential-hash check still holds. Mutation caught: ``served.intact`` not checked."""
+    copy.serve("sk-1", copied_from="uid-key/7")
+    secret = dict(copy.managed.get(objects.make_key(NS, api.derived_secret_name("p"))) or {})
+    secret["data"] = {"apiKey": base64.b64encode(b"edited-by-hand").decode()}
+    copy.managed.upsert(secret)
+    copy.reconcile()
+    assert copy.api.gets == [(NS, "key")]
+    assert copy.written_key() == b"sk-1"
+
+
+def test_a_changed_credential_spec_is_copied_again_despite_the_version(copy: CopyWorld) -> None:
+    """Same Secret, same version, another key in it. Mutation caught: the spec hash not
+    compared."""
+    copy.serve("sk-1", copied_from="uid-key/7")
+    copy.api.bodies[NS, "key"]["data"]["other"] = base64.b64encode(b"sk-other").decode()
+    copy.policy["spec"]["apiKey"]["secretRef"]["key"] = "other"
+    copy.policies.upsert(copy.policy)
+    copy.reconcile()
+    assert copy.api.gets == [(NS, "key")]
+    assert copy.written_key() == b"sk-other"
+
+
+def test_a_secret_of_that_name_in_another_namespace_does_not_vouch_for_the_copy(
+    copy: CopyWorld,
+) -> None:
+    """Tenancy: only the policy's own namespace counts. Here the policy's Secret is gone and
+    another namespace has one of the same name at the recorded version: SecretNotFound, no
+    read of either."""
+    copy.serve("sk-1", copied_from="uid-key/7")
+    copy.versions.delete(objects.make_key(NS, "key"))
+    del copy.api.bodies[NS, "key"]
+    copy.source("sk-elsewhere", version="7", namespace="other")
+    copy.reconcile()
+    assert copy.api.gets == []
+    assert copy.api.derived_writes() == []
+    status = [b for plural, _, b in copy.api.patches if plural == "backendsecuritypolicies"]
+    ready = next(c for c in status[-1]["status"]["conditions"] if c["type"] == api.READY)
+    assert (ready["status"], ready["reason"]) == ("False", "SecretNotFound")
+
+
+def test_a_copy_with_edited_metadata_is_repaired_without_a_read(copy: CopyWorld) -> None:
+    copy.serve("sk-1", copied_from="uid-key/7")
+    secret = dict(copy.managed.get(objects.make_key(NS, api.derived_secret_name("p"))) or {})
+    secret["metadata"] = {**secret["metadata"], "ownerReferences": []}
+    copy.managed.upsert(secret)
+    copy.reconcile()
+    assert copy.api.gets == []
+    assert len(copy.api.derived_writes()) == 1
+    assert copy.written_version() == "uid-key/7"
+
+
+def test_a_minted_credential_not_due_reads_no_secret_after_a_restart() -> None:
+    """Minted credentials read their source Secrets (an OIDC client secret, the IAM management
+    keys) only to mint: a restart with a fresh credential reads none, so they need no recorded
+    version. Checked with the real AWS source, OIDC exchange."""
+    copy = CopyWorld()
+    aws = AWSCredentialsSource(
+        clients=cast(Any, None), tokens=cast(Any, None), service_accounts=cast(Any, None)
+    )
+    copy.reconciler._sources = {"AWSCredentials": aws}
+    copy.policy["spec"] = {
+        "type": "AWSCredentials",
+        "awsCredentials": {
+            "region": "us-east-1",
+            "oidcExchangeToken": {
+                "oidc": {
+                    "issuer": "https://issuer.example",
+                    "clientID": "c",
+                    "clientSecretRef": {"name": "key", "key": "apiKey"},
+                },
+                "awsRoleArn": "arn:aws:iam::123456789012:role/r",
+                "sessionDuration": "1h",
+            },
+        },
+    }
+    copy.policies.upsert(copy.policy)
+    secret = derived.build(cast(api.Policy, copy.policy), FRESH, minted=True)
+    secret["metadata"]["resourceVersion"] = "50"
+    copy.managed.upsert(secret)
+    copy.reconcile()
+    assert copy.api.gets == []
+    assert copy.api.derived_writes() == []
 
 
 # --- RenewBeforeHonored --------------------------------------------------------------------
@@ -442,6 +675,20 @@ def test_the_retry_is_bounded_by_the_expiry_so_expired_turns_on_time() -> None:
         ("ServiceAccountNotPermitted", tokens.ServiceAccountNotPermitted("sa has not opted in")),
         ("InvalidName", tokens.InvalidName("'../x' is not a name")),
         ("InsecureIssuer", oidc.InsecureIssuer("http://issuer is not https")),
+        (
+            "AssumeRoleFailed",
+            aws_sts.AssumeRoleRejected(
+                "assumeRole arn:aws:iam::210987654321:role/x: aws-sts AssumeRole failed: "
+                "AccessDenied",
+                code="AccessDenied",
+            ),
+        ),
+        ("AssumeRoleFailed", aws_sts.AssumeRoleUnavailable("assumeRole …: Throttling")),
+        ("ControllerIdentityNotFound", aws_identity.NoIdentity("no AWS credentials found")),
+        (
+            "ControllerIdentityNotAllowed",
+            ControllerIdentityNotAllowed("policies in namespace ns may not use the controller's"),
+        ),
         ("RotationFailed", errors.CredentialError("something else")),
     ],
 )

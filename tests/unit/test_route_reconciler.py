@@ -59,6 +59,7 @@ class World:
         self.recorder = RecordingEvents()
         self.routes, self.backends, self.policies, self.managed = Store(), Store(), Store(), Store()
         self.policies.add_index(indexes.POLICY_BY_BACKEND, indexes.policy_backends)
+        self.clock = clocks.FakeClock(NOW)
         self.reconciler = RouteReconciler(
             api_client=cast(clients.Client, self.api),
             routes=self.routes,
@@ -67,7 +68,7 @@ class World:
             managed_secrets=self.managed,
             recorder=cast(events.EventRecorder, self.recorder),
             own_writes=echoes.OwnWrites(),
-            clock=clocks.FakeClock(NOW),
+            clock=self.clock,
         )
 
     def chain(
@@ -382,3 +383,78 @@ def test_a_route_missing_or_being_deleted_writes_nothing(world: World) -> None:
     world.routes.upsert({**route, "metadata": {**route["metadata"], "deletionTimestamp": "t"}})
     world.reconciler.reconcile(Request(NS, "r"))
     assert world.api.writes == []
+
+
+# --- a new route waits for what was applied with it (backend.SETTLE_SECONDS) -----------------
+
+
+def new_route(world: World, *backends: str) -> None:
+    """Route ``r``, created now (``NOW``) and never written; the clock half a second on."""
+    world.route(*backends)
+    route = dict(world.routes.get(objects.make_key(NS, "r")) or {})
+    route["metadata"] = {**route["metadata"], "creationTimestamp": clocks.rfc3339(NOW)}
+    world.routes.upsert(route)
+    world.clock.advance(0.5)
+
+
+def unreconciled(world: World, policy: str) -> None:
+    """Takes ``policy``'s status away: never reconciled."""
+    was = dict(world.policies.get(objects.make_key(NS, policy)) or {})
+    world.policies.upsert({k: v for k, v in was.items() if k != "status"})
+
+
+@pytest.mark.parametrize("arriving", ["backend", "policy", "Ready", "derived Secret"])
+def test_a_new_route_waits_for_what_is_on_its_way_then_writes_once(
+    world: World, arriving: str
+) -> None:
+    """Mutation caught: no settle time (the route is written without the backend, then again
+    with it: two config Secrets, two statuses)."""
+    world.chain("b", {"apiKey": b"sk-1"})  # then taken apart down to what is arriving
+    world.managed.delete(objects.make_key(NS, api.derived_secret_name("p-b")))
+    if arriving == "Ready":
+        unreconciled(world, "p-b")
+    if arriving in ("backend", "policy"):
+        world.policies.delete(objects.make_key(NS, "p-b"))
+    if arriving == "backend":
+        world.backends.delete(objects.make_key(NS, "b"))
+    new_route(world, "b")
+    result = world.reconciler.reconcile(Request(NS, "r"))
+    assert world.api.writes == []
+    assert result.requeue_after == pytest.approx(1.5)
+
+    world.chain("b", {"apiKey": b"sk-1"})  # it arrives
+    world.reconcile()
+    assert world.served() == {"b": {"apiKey": "sk-1"}}
+    assert len(world.api.statuses()) == 1
+    assert len(world.api.secrets()) == 1
+
+
+def test_a_new_route_writes_what_is_missing_once_the_settle_time_is_up(world: World) -> None:
+    new_route(world, "absent")
+    world.reconcile()
+    assert world.api.writes == []
+    world.clock.advance(1.5)
+    world.reconcile()
+    assert reason(world, "ResolvedRefs") == ("False", "BackendNotFound")
+
+
+def test_a_new_route_with_a_verdict_does_not_wait(world: World) -> None:
+    """A policy that said not Ready, a conflict: nothing more is on its way."""
+    world.chain("b", {"apiKey": b"sk-1"})
+    policy = dict(world.policies.get(objects.make_key(NS, "p-b")) or {})
+    not_ready = {"conditions": [{"type": "Ready", "status": "False", "message": "no"}]}
+    world.policies.upsert({**policy, "status": not_ready})
+    new_route(world, "b")
+    world.reconcile()
+    assert reason(world, "ResolvedRefs") == ("False", "PolicyNotReady")
+
+
+def test_a_route_written_before_does_not_wait(world: World) -> None:
+    """A change to a programmed route is reported at once: the settle time is for creation."""
+    world.chain("b", {"apiKey": b"sk-1"})
+    new_route(world, "b")
+    world.reconcile()
+    assert len(world.api.statuses()) == 1
+    world.backends.delete(objects.make_key(NS, "b"))
+    world.reconcile()
+    assert reason(world, "ResolvedRefs") == ("False", "BackendNotFound")

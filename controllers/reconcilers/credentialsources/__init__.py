@@ -15,7 +15,7 @@ One module per policy type: ``apikey``, ``aws``, ``gcp``, ``azure``.
 from __future__ import annotations
 
 import base64
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 
 from controllers.reconcilers import api
@@ -31,6 +31,34 @@ class UnsupportedSource(errors.InvalidInput):
     """The spec is valid but this build of rotator cannot obtain a credential from that source."""
 
     reason = "UnsupportedCredentialSource"
+
+
+CONTROLLER_IDENTITY_FLAG = "--controller-identity-namespaces"
+
+
+class ControllerIdentityNotAllowed(errors.InvalidInput):
+    """A policy asks for the controller's own cloud identity (``controllerIdentity``) in a
+    namespace the operator did not list in ``--controller-identity-namespaces``."""
+
+    reason = "ControllerIdentityNotAllowed"
+
+
+def parse_controller_identity_namespaces(text: str) -> frozenset[str]:
+    """The flag's value: comma-separated namespaces, ``*`` for all, empty for none."""
+    return frozenset(part.strip() for part in text.split(",") if part.strip())
+
+
+def check_controller_identity(allowed: Collection[str], namespace: str) -> None:
+    """Raises :class:`ControllerIdentityNotAllowed` unless policies of ``namespace`` may use the
+    controller's own identity. Tenancy: that identity belongs to the controller, not to whoever
+    may write a policy; the operator hands it to namespaces one by one (``*``: all, explicitly),
+    and by default to none. Checked before any provider call."""
+    if "*" in allowed or namespace in allowed:
+        return
+    raise ControllerIdentityNotAllowed(
+        f"policies in namespace {namespace} may not use the controller's own identity: "
+        f"the controller's {CONTROLLER_IDENTITY_FLAG} flag does not list {namespace}"
+    )
 
 
 SecretGetter = Callable[[str], Mapping[str, str] | None]

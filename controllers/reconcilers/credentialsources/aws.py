@@ -1,12 +1,31 @@
-"""AWS: static files (copied), STS web-identity sessions and IAM user keys (minted)."""
+"""AWS: static files (copied), STS web-identity sessions and IAM user keys (minted), the
+controller's own identity, and role chaining (``assumeRole``) on top of any of them but IAM keys.
+
+A chain is a base session — the credentials file's keys, a web-identity session, or the
+controller's identity (botocore's default chain) — and an STS ``AssumeRole`` signed with it; the
+chained session is what is served, with the earlier of the two expiries
+(``rotator.providers.aws.sts``). ``controllerIdentity`` is only ever a base (the CRD requires
+``assumeRole`` with it): the controller's own keys, long-lived ones included, are never served,
+and only the namespaces the operator lists may use it (``check_controller_identity``).
+
+``iamAccessKey`` cannot be chained (the CRD refuses it): its rotation keeps the served key's id
+in the derived Secret, where a chained session would have to take its place, and the next
+rotation would need the IAM key's secret, which rotator would then have to keep in a Secret of
+its own — a long-lived key stored to serve short-lived ones. Chain from a ``credentialsFile``
+holding that user's key instead.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from controllers.reconcilers import api
 from controllers.reconcilers.credentialsources import (
+    ControllerIdentityNotAllowed,
     CredentialSource,
     SourceContext,
     UnsupportedSource,
+    check_controller_identity,
     oidc_client,
 )
 from controllers.reconcilers.tokens import ServiceAccountTokens
@@ -15,6 +34,9 @@ from rotator.credentials import Credential
 from rotator.providers.aws import file as aws_file
 from rotator.providers.aws import iam, sts
 from rotator.providers.aws.clients import Clients
+from rotator.providers.aws.identity import ControllerIdentity
+
+CONTROLLER_IDENTITY_FIELD = "spec.awsCredentials.controllerIdentity"
 
 
 class AWSCredentialsSource(CredentialSource):
@@ -25,11 +47,15 @@ class AWSCredentialsSource(CredentialSource):
         tokens: oidc.TokenSource,
         service_accounts: ServiceAccountTokens,
         iam_grace: float = 300.0,
+        identity: ControllerIdentity | None = None,
+        identity_namespaces: Collection[str] = frozenset(),
     ) -> None:
         self._clients = clients
         self._tokens = tokens
         self._service_accounts = service_accounts
         self._iam_grace = iam_grace
+        self._identity = identity or ControllerIdentity(clients)
+        self._identity_namespaces = identity_namespaces  # --controller-identity-namespaces
 
     def secret_refs(self, spec: api.PolicySpec) -> list[api.SecretRef]:
         aws = spec.get("awsCredentials")
@@ -45,12 +71,25 @@ class AWSCredentialsSource(CredentialSource):
         return refs
 
     def calls_provider(self, spec: api.PolicySpec) -> bool:
-        return "awsCredentials" in spec and "credentialsFile" not in spec["awsCredentials"]
+        aws = spec.get("awsCredentials")
+        return aws is not None and ("credentialsFile" not in aws or "assumeRole" in aws)
 
     def obtain(self, ctx: SourceContext) -> Credential:
         aws = ctx.policy["spec"]["awsCredentials"]
         region = aws["region"]
-        if "credentialsFile" in aws:
+        if "iamAccessKey" in aws:
+            if "assumeRole" in aws:  # refused by the CRD; a spec from before the rule
+                raise UnsupportedSource("assumeRole cannot be chained on an iamAccessKey source")
+            key = aws["iamAccessKey"]
+            return iam.rotate(
+                self._clients,
+                admin=self._admin(ctx, key["secretRef"]),
+                rotation=iam.KeyRotation(key["userName"], region, self._iam_grace),
+                current=ctx.current,
+                new_key_due=ctx.current is None or ctx.forced or ctx.now >= self._interval_due(ctx),
+                now=ctx.now,
+            )
+        if "credentialsFile" in aws and "assumeRole" not in aws:
             file = aws["credentialsFile"]
             ref = file["secretRef"]
             return aws_file.copy_profile(
@@ -60,6 +99,28 @@ class AWSCredentialsSource(CredentialSource):
                 region=region,
                 secret_name=ref["name"],
             )
+        session = self._base(ctx, aws)
+        if "assumeRole" in aws:
+            session = sts.assume_role(
+                self._clients, session, self._chained(ctx, aws["assumeRole"]), region=region
+            )
+        return sts.served(session, region=region)
+
+    def _base(self, ctx: SourceContext, aws: api.AWSCredentialsSpec) -> sts.Session:
+        """The session the policy's source gives: served as it is, or the base of a chain."""
+        region = aws["region"]
+        if "controllerIdentity" in aws:
+            check_controller_identity(self._identity_namespaces, ctx.namespace)  # before calls
+            if "assumeRole" not in aws:  # refused by the CRD: never serve the controller's keys
+                raise UnsupportedSource(f"{CONTROLLER_IDENTITY_FIELD} needs assumeRole")
+            return self._identity.session()
+        if "credentialsFile" in aws:
+            file = aws["credentialsFile"]
+            ref = file["secretRef"]
+            keys = aws_file.read_profile(
+                ctx.secret(ref), key=ref["key"], profile=file["profile"], secret_name=ref["name"]
+            )
+            return sts.Session(keys)
         if "oidcExchangeToken" in aws:
             exchange = aws["oidcExchangeToken"]
             token = self._tokens.token(oidc_client(ctx, exchange["oidc"])).value
@@ -72,23 +133,25 @@ class AWSCredentialsSource(CredentialSource):
                 ctx.namespace, sa["serviceAccountName"], audience=sa["audience"], policy=ctx.name
             )
             return self._assume(ctx, sa["awsRoleArn"], sa["sessionDuration"], token, region)
-        if "iamAccessKey" in aws:
-            key = aws["iamAccessKey"]
-            return iam.rotate(
-                self._clients,
-                admin=self._admin(ctx, key["secretRef"]),
-                rotation=iam.KeyRotation(key["userName"], region, self._iam_grace),
-                current=ctx.current,
-                new_key_due=ctx.current is None or ctx.forced or ctx.now >= self._interval_due(ctx),
-                now=ctx.now,
-            )
         raise UnsupportedSource("no AWS credential source is set")
 
     def due_at(self, ctx: SourceContext) -> float | None:
-        if "iamAccessKey" not in ctx.policy["spec"].get("awsCredentials", {}):
+        aws = ctx.policy["spec"].get("awsCredentials", {})
+        if "controllerIdentity" in aws and not self._identity_allowed(ctx.namespace):
+            # No longer allowed (the flag changed): refused at once, not at the next renewal;
+            # the session already served lives out its lifetime, never renewed.
+            return ctx.now
+        if "iamAccessKey" not in aws:
             return super().due_at(ctx)
         times = [self._interval_due(ctx), iam.retire_due(ctx.current)]
         return min((t for t in times if t is not None), default=None)
+
+    def _identity_allowed(self, namespace: str) -> bool:
+        try:
+            check_controller_identity(self._identity_namespaces, namespace)
+        except ControllerIdentityNotAllowed:
+            return False
+        return True
 
     def finalizer(self, spec: api.PolicySpec) -> str | None:
         return api.FINALIZER_IAM_KEY if "iamAccessKey" in spec.get("awsCredentials", {}) else None
@@ -132,14 +195,23 @@ class AWSCredentialsSource(CredentialSource):
 
     def _assume(
         self, ctx: SourceContext, role_arn: str, duration: str, token: str, region: str
-    ) -> Credential:
-        return sts.assume_role_with_web_identity(
+    ) -> sts.Session:
+        return sts.web_identity_session(
             self._clients,
             role_arn=role_arn,
             session=sts.session_name(ctx.namespace, ctx.name),
             web_identity_token=token,
             duration_seconds=int(durations.parse(duration)),
             region=region,
+        )
+
+    @staticmethod
+    def _chained(ctx: SourceContext, spec: api.AWSAssumeRole) -> sts.ChainedRole:
+        return sts.ChainedRole(
+            role_arn=spec["roleArn"],
+            session=spec.get("sessionName") or sts.session_name(ctx.namespace, ctx.name),
+            duration_seconds=int(durations.parse(spec["sessionDuration"])),
+            external_id=spec.get("externalID"),
         )
 
     @staticmethod

@@ -1,9 +1,18 @@
-"""Azure: Entra ID access tokens from a client secret or a federated client assertion."""
+"""Azure: Entra ID access tokens from a client secret, a federated client assertion, or the
+controller's own identity (workload or managed identity; only in the namespaces the operator
+lists, :func:`~controllers.reconcilers.credentialsources.check_controller_identity`)."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from controllers.reconcilers import api
-from controllers.reconcilers.credentialsources import CredentialSource, SourceContext, oidc_client
+from controllers.reconcilers.credentialsources import (
+    CredentialSource,
+    SourceContext,
+    check_controller_identity,
+    oidc_client,
+)
 from controllers.reconcilers.tokens import ServiceAccountTokens
 from rotator import oidc
 from rotator.credentials import Credential
@@ -12,11 +21,17 @@ from rotator.providers.azure import Azure
 
 class AzureCredentialsSource(CredentialSource):
     def __init__(
-        self, *, azure: Azure, tokens: oidc.TokenSource, service_accounts: ServiceAccountTokens
+        self,
+        *,
+        azure: Azure,
+        tokens: oidc.TokenSource,
+        service_accounts: ServiceAccountTokens,
+        controller_identity_namespaces: Collection[str] = frozenset(),
     ) -> None:
         self._azure = azure
         self._tokens = tokens
         self._service_accounts = service_accounts
+        self._controller_identity_namespaces = controller_identity_namespaces
 
     def secret_refs(self, spec: api.PolicySpec) -> list[api.SecretRef]:
         azure = spec.get("azureCredentials")
@@ -34,7 +49,14 @@ class AzureCredentialsSource(CredentialSource):
 
     def obtain(self, ctx: SourceContext) -> Credential:
         azure = ctx.policy["spec"]["azureCredentials"]
-        tenant, client, scope = azure["tenantID"], azure["clientID"], azure["scope"]
+        scope = azure["scope"]
+        if "controllerIdentity" in azure:
+            check_controller_identity(self._controller_identity_namespaces, ctx.namespace)
+            return self._azure.controller_identity(
+                client_id=azure["controllerIdentity"].get("clientID"), scope=scope
+            )
+        # the CRD requires both with every other source
+        tenant, client = azure["tenantID"], azure["clientID"]
         if "clientSecretRef" in azure:
             secret = ctx.secret_text(azure["clientSecretRef"])
             return self._azure.with_secret(

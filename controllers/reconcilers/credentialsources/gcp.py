@@ -1,13 +1,22 @@
-"""GCP: access tokens from workload identity federation or a service-account key."""
+"""GCP: access tokens from workload identity federation, a service-account key, or the
+controller's own Application Default Credentials (only in the namespaces the operator lists,
+:func:`~controllers.reconcilers.credentialsources.check_controller_identity`)."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from controllers.reconcilers import api
-from controllers.reconcilers.credentialsources import CredentialSource, SourceContext, oidc_client
+from controllers.reconcilers.credentialsources import (
+    CredentialSource,
+    SourceContext,
+    check_controller_identity,
+    oidc_client,
+)
 from controllers.reconcilers.tokens import ServiceAccountTokens
 from rotator import oidc
 from rotator.credentials import Credential
-from rotator.providers.gcp import federation, keyfile
+from rotator.providers.gcp import adc, federation, keyfile
 from rotator.providers.gcp.common import Endpoints, Transport
 
 
@@ -19,11 +28,15 @@ class GCPCredentialsSource(CredentialSource):
         endpoints: Endpoints,
         tokens: oidc.TokenSource,
         service_accounts: ServiceAccountTokens,
+        application_default: adc.ApplicationDefault | None = None,
+        controller_identity_namespaces: Collection[str] = frozenset(),
     ) -> None:
         self._transport = transport
         self._endpoints = endpoints
         self._tokens = tokens
         self._service_accounts = service_accounts
+        self._adc = application_default or adc.ApplicationDefault(transport.observer)
+        self._controller_identity_namespaces = controller_identity_namespaces
 
     def secret_refs(self, spec: api.PolicySpec) -> list[api.SecretRef]:
         gcp = spec.get("gcpCredentials")
@@ -42,6 +55,14 @@ class GCPCredentialsSource(CredentialSource):
 
     def obtain(self, ctx: SourceContext) -> Credential:
         gcp = ctx.policy["spec"]["gcpCredentials"]
+        if "controllerIdentity" in gcp:
+            check_controller_identity(self._controller_identity_namespaces, ctx.namespace)
+            return adc.mint(
+                self._adc,
+                self._transport,
+                impersonate=gcp["controllerIdentity"].get("serviceAccount"),
+                endpoints=self._endpoints,
+            )
         if "credentialsFile" in gcp:
             ref = gcp["credentialsFile"]["secretRef"]
             return keyfile.mint(

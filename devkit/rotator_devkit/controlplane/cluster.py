@@ -31,7 +31,12 @@ from rotator_devkit.controlplane.processes import Child
 
 _PREFIX = "rotator-controlplane-"
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
-KCM_CONTROLLERS = "garbage-collector-controller,namespace-controller,serviceaccount-controller"
+KCM_CONTROLLERS = (
+    "deployment-controller,garbage-collector-controller,namespace-controller,"
+    "serviceaccount-controller"
+)
+"""The deployment controller turns a changed pod template into a new ReplicaSet (no pods run
+here: there is no scheduler or kubelet), which tests/e2e/test_rollout_restart.py counts."""
 
 
 class ControlPlaneError(Exception):

@@ -1,8 +1,9 @@
 """Everything ``rotator dev`` runs besides the controller: a local control plane, moto (AWS),
 the stand-ins (OIDC issuer, STS and IAM proxies that check signatures with what they issued,
-Google and Azure AD token services), the CRDs, and the samples — one chain per credential
-type, made runnable here by registering in the stand-ins what each sample names (its OIDC
-client, IAM user, pool and provider, Azure application).
+Google and Azure AD token services, an Azure IMDS and a GCE metadata server for the
+controller's own identity), the CRDs, and the samples — one chain per credential source, made
+runnable here by registering in the stand-ins what each sample names (its OIDC client, IAM user,
+pool and provider, Azure application, managed identity, service account to impersonate).
 
 Credentials minted here live ``lifetime`` seconds (3 minutes by default), so rotations happen
 while you watch.
@@ -25,6 +26,9 @@ from rotator.providers.gcp import federation
 from rotator_devkit.controlplane.cluster import SERVICE_ACCOUNT_ISSUER, LocalControlPlane
 from rotator_devkit.devenv import manifests
 from rotator_devkit.devenv.standins.azure import App, AzureStandIn, tls_context
+from rotator_devkit.devenv.standins.azure_identity import ManagedIdentityStandIn
+from rotator_devkit.devenv.standins.container import ContainerCredentials
+from rotator_devkit.devenv.standins.gce_metadata import GCEMetadataServer
 from rotator_devkit.devenv.standins.gcp import GCPStandIn
 from rotator_devkit.devenv.standins.iam import IAMProxy
 from rotator_devkit.devenv.standins.oidc import OIDCIssuer
@@ -32,6 +36,9 @@ from rotator_devkit.devenv.standins.sts import STSProxy
 
 NAMESPACE = "default"
 AUDIENCE = "sts.amazonaws.com"
+CONTROLLER_ROLE = "arn:aws:iam::123456789012:role/rotator-controller"
+"""The controller's own AWS identity here: EKS Pod Identity's container credentials endpoint
+serves sessions of this role (``awsCredentials.controllerIdentity``)."""
 
 
 class DevEnvironment:
@@ -46,6 +53,10 @@ class DevEnvironment:
         self.iam: IAMProxy | None = None
         self.gcp = GCPStandIn(lifetime=lifetime)
         self.azure: AzureStandIn | None = None
+        self.pod_identity: ContainerCredentials | None = None
+        # The controller's own identity: a managed identity (IMDS) and a GKE metadata server.
+        self.imds = ManagedIdentityStandIn(lifetime=lifetime)
+        self.metadata = GCEMetadataServer(self.gcp, lifetime=lifetime)
         self._started: list[Any] = []
 
     def start(self) -> DevEnvironment:
@@ -63,11 +74,21 @@ class DevEnvironment:
             self._started.append(self.sts)
             self.iam = IAMProxy(self.moto_url, self.sts.keyring).start()
             self._started.append(self.iam)
+            self.pod_identity = ContainerCredentials(
+                self.moto_url,
+                role_arn=CONTROLLER_ROLE,
+                keyring=self.sts.keyring,
+                lifetime=self.lifetime,
+            ).start()
+            self._started.append(self.pod_identity)
+            self.pod_identity.write_token(self._pod_identity_token)
             self.sts.trust(self.oidc.issuer, self.oidc.jwks(), AUDIENCE)
             self.sts.trust(SERVICE_ACCOUNT_ISSUER, cluster_jwks, AUDIENCE)
             self._started.append(self.gcp.start())
             self.gcp.trust.add(self.oidc.issuer, self.oidc.jwks())
             self.gcp.trust.add(SERVICE_ACCOUNT_ISSUER, cluster_jwks)
+            self._started.append(self.metadata.start())
+            self._started.append(self.imds.start())
             tls, ca_file = tls_context(self._folder("azure-tls"))
             self.azure = AzureStandIn(tls, ca_file, lifetime=self.lifetime).start()
             self._started.append(self.azure)
@@ -96,6 +117,7 @@ class DevEnvironment:
         assert self.sts is not None
         assert self.iam is not None
         assert self.azure is not None
+        assert self.pod_identity is not None
         return {
             "AWS_ENDPOINT_URL_STS": self.sts.url,
             "AWS_ENDPOINT_URL_IAM": self.iam.url,  # records the keys it creates, for STS
@@ -104,7 +126,16 @@ class DevEnvironment:
             "ROTATOR_GCP_IAM_CREDENTIALS_ENDPOINT": self.gcp.url,
             "ROTATOR_AZURE_AUTHORITY_HOST": self.azure.authority_host,
             "REQUESTS_CA_BUNDLE": str(self.azure.ca_file),
+            # the controller's own identity, where botocore, azure-identity and google-auth look
+            **self.pod_identity.environment(self._pod_identity_token),
+            "AZURE_POD_IDENTITY_AUTHORITY_HOST": self.imds.authority_host,
+            "GCE_METADATA_HOST": self.metadata.host,
+            "GCE_METADATA_IP": self.metadata.host,
         }
+
+    @property
+    def _pod_identity_token(self) -> Path:
+        return self._folder("eks-pod-identity") / "token"
 
     def _folder(self, name: str) -> Path:
         folder = self.control_plane.dir / name
@@ -146,6 +177,14 @@ class DevEnvironment:
         for source in ("oidcExchangeToken", "serviceAccountToken"):
             if source in aws:
                 self.sts.roles.add(aws[source]["awsRoleArn"])
+        if chained := aws.get("assumeRole"):  # the role trusts the source's identity
+            base = CONTROLLER_ROLE if "controllerIdentity" in aws else None
+            for source in ("oidcExchangeToken", "serviceAccountToken"):
+                base = aws[source]["awsRoleArn"] if source in aws else base
+            if base is not None:
+                self.sts.allow_assume(
+                    chained["roleArn"], base, external_id=chained.get("externalID")
+                )
         if exchange := aws.get("oidcExchangeToken"):
             self._oidc_client(exchange["oidc"], secrets)
         if key := aws.get("iamAccessKey"):
@@ -160,6 +199,8 @@ class DevEnvironment:
                 iam.create_user(UserName=key["userName"])
 
     def _register_gcp(self, gcp: dict[str, Any], secrets: dict[str, dict[str, Any]]) -> None:
+        if account := (gcp.get("controllerIdentity") or {}).get("serviceAccount"):
+            self.gcp.service_accounts.add(account)
         if wif := gcp.get("workloadIdentityFederation"):
             audience = federation.audience(
                 wif["projectID"],
@@ -183,6 +224,10 @@ class DevEnvironment:
 
     def _register_azure(self, azure: dict[str, Any], secrets: dict[str, dict[str, Any]]) -> None:
         assert self.azure is not None
+        if (identity := azure.get("controllerIdentity")) is not None:
+            if client := identity.get("clientID"):
+                self.imds.user_assigned.add(client)
+            return
         app = self.azure.apps.setdefault(azure["clientID"], App(azure["tenantID"]))
         if ref := azure.get("clientSecretRef"):
             app.secret = secrets[ref["name"]]["stringData"][ref.get("key", "client-secret")]

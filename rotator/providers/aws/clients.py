@@ -19,7 +19,7 @@ from botocore import UNSIGNED
 
 from rotator import providercalls
 from rotator.observe import Observer
-from rotator.providercalls import Failure, ProviderCalls
+from rotator.providercalls import Classifier, Failure, ProviderCalls
 
 T = TypeVar("T")
 
@@ -99,16 +99,27 @@ class Clients:
                 config=_CONFIG,
             )
 
-    def run(self, provider: str, call: str, fn: Callable[[], T], *, abandon: bool = True) -> T:
-        """``fn()`` (a call of a client of ``provider``, ``aws-sts`` or ``aws-iam``) fenced by the
-        provider's bulkhead and deadline (:meth:`ProviderCalls.run`, ``abandon`` included)."""
+    def run(
+        self,
+        provider: str,
+        call: str,
+        fn: Callable[[], T],
+        *,
+        abandon: bool = True,
+        classifier: Classifier | None = None,
+    ) -> T:
+        """``fn()`` (a call of a client of ``provider``: ``aws-sts``, ``aws-iam``, or botocore's
+        default chain, ``aws-identity``) fenced by the provider's bulkhead and deadline
+        (:meth:`ProviderCalls.run`, ``abandon`` included). ``classifier`` replaces
+        :func:`classify` for a provider whose calls raise more than botocore's client errors;
+        the first call of a provider fixes it."""
         with self._lock:
             calls = self._calls.get(provider)
             if calls is None:
                 calls = self._calls[provider] = ProviderCalls(
                     provider,
                     observer=self.observer,
-                    classify=classify,
+                    classify=classifier or classify,
                     concurrency=self._concurrency,
                     deadline=self._deadline,
                     monotonic=self._monotonic,

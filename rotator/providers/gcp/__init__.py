@@ -1,2 +1,2 @@
-"""GCP access tokens: workload identity federation (with optional impersonation) and
-service-account key files, through google-auth."""
+"""GCP access tokens: workload identity federation (with optional impersonation), service-account
+key files, and the controller's own Application Default Credentials, through google-auth."""

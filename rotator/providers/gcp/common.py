@@ -49,6 +49,14 @@ class Endpoints:
     """Replaces the ``token_uri`` of service-account keys when set."""
 
 
+def impersonation_url(endpoints: Endpoints, service_account: str) -> str:
+    """IAM credentials ``generateAccessToken`` of ``service_account`` (an email)."""
+    return (
+        f"{endpoints.iam_credentials_url.rstrip('/')}/v1/projects/-/serviceAccounts/"
+        f"{service_account}:generateAccessToken"
+    )
+
+
 class TimedRequest(google.auth.transport.requests.Request):
     """google-auth's transport, with a timeout on every call (its default is 120 s)."""
 

@@ -10,7 +10,14 @@ from typing import Any
 from google.auth import identity_pool
 
 from rotator.credentials import Credential
-from rotator.providers.gcp.common import DATA_KEY, SCOPES, Endpoints, Transport, expiry_timestamp
+from rotator.providers.gcp.common import (
+    DATA_KEY,
+    SCOPES,
+    Endpoints,
+    Transport,
+    expiry_timestamp,
+    impersonation_url,
+)
 
 SUBJECT_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:jwt"  # noqa: S105 - a token type name
 
@@ -40,18 +47,14 @@ def mint(
     impersonate: str | None,
     endpoints: Endpoints,
 ) -> Credential:
-    impersonation_url = (
-        f"{endpoints.iam_credentials_url.rstrip('/')}/v1/projects/-/serviceAccounts/"
-        f"{impersonate}:generateAccessToken"
-        if impersonate
-        else None
-    )
     credentials = identity_pool.Credentials(
         audience=audience,
         subject_token_type=SUBJECT_TOKEN_TYPE,
         token_url=endpoints.sts_url,
         subject_token_supplier=_Supplier(subject_token),
-        service_account_impersonation_url=impersonation_url,
+        service_account_impersonation_url=(
+            impersonation_url(endpoints, impersonate) if impersonate else None
+        ),
         scopes=list(SCOPES),
     )
     transport.run(

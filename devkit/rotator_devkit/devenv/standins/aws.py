@@ -30,6 +30,8 @@ from botocore.credentials import Credentials
 ALGORITHM = "AWS4-HMAC-SHA256"
 SKEW = 15 * 60
 """How far a request's ``X-Amz-Date`` may be from now, as in AWS."""
+ACCOUNT = "123456789012"
+"""moto's default account: the IAM users the stand-ins know live there."""
 
 FORWARDED_HEADERS = (
     "content-type",
@@ -54,6 +56,9 @@ class Issued:
     session_token: str | None
     expires_at: float | None
     """Epoch seconds after which AWS refuses the key (a session's end); None for IAM keys."""
+    principal: str | None = None
+    """Who the key is — the role ARN of a session, the user ARN of an IAM key — for the STS
+    proxy's check that a role trusts whoever asks to assume it; None: unknown."""
 
 
 class Keyring:
@@ -142,6 +147,13 @@ def verify(
     if issued.expires_at is not None and now >= issued.expires_at:
         return EXPIRED
     return _signature(auth, issued, method=method, url=url, headers=headers, body=body, now=now)
+
+
+def signer(handler: BaseHTTPRequestHandler) -> str | None:
+    """The access key id a received request is signed with (its ``Authorization`` header), if
+    any; say nothing of whether the signature is right (:func:`verify_received` does)."""
+    auth = _authorization(handler.headers.get("Authorization", ""))
+    return None if isinstance(auth, Refusal) else auth.access_key_id
 
 
 def _authorization(header: str) -> _Authorization | Refusal:

@@ -47,6 +47,9 @@ class GCPStandIn(Stub):
         self.service_accounts: set[str] = set()  # impersonable emails
         self.keys: dict[str, Any] = {}  # client_email → public key
         self.kinds: dict[str, str] = {}  # token → kind
+        self.may_impersonate = {"federated", "metadata"}
+        """Kinds of token ``generateAccessToken`` accepts as its bearer: federated ones, and
+        those of a metadata server (gce_metadata.py)."""
         self._issued_lock = threading.Lock()
 
     @property
@@ -122,7 +125,7 @@ class GCPStandIn(Stub):
     def _impersonate(self, path: str, handler: BaseHTTPRequestHandler, body: bytes) -> None:
         email = path.split("/serviceAccounts/", 1)[1].rsplit(":", 1)[0]
         bearer = (handler.headers.get("Authorization") or "").removeprefix("Bearer ")
-        if self.was_issued(bearer) != "federated":
+        if self.was_issued(bearer) not in self.may_impersonate:
             return self._error(handler, 401, "UNAUTHENTICATED", "impersonate")
         if email not in self.service_accounts:
             return self._error(handler, 403, "PERMISSION_DENIED", "impersonate")
@@ -169,6 +172,11 @@ class GCPStandIn(Stub):
                 "token_type": "Bearer",
             },
         )
+
+    def issue(self, kind: str) -> str:
+        """A new access token of ``kind``, which :meth:`was_issued` will recognise (for a
+        metadata server stand-in, whose tokens Google's APIs accept)."""
+        return self._issue(kind)
 
     def _issue(self, kind: str) -> str:
         token = f"ya29.{kind}-{secrets.token_urlsafe(24)}"

@@ -46,7 +46,8 @@ class IAMProxy(Stub):
             issued = aws.issued_in(answer)
             if issued is not None:
                 key_id, secret, _ = issued
-                self.keyring.add(key_id, aws.Issued(secret, None, None))
+                user = f"arn:aws:iam::{aws.ACCOUNT}:user/{form.get('UserName', '')}"
+                self.keyring.add(key_id, aws.Issued(secret, None, None, principal=user))
                 self.remember(secret)
         elif status == 200 and action == "DeleteAccessKey":
             self.keyring.revoke(form.get("AccessKeyId", ""))

@@ -5,6 +5,10 @@
   like STS (``InvalidIdentityToken``, ``AccessDenied``) otherwise;
 * shortens the session it returns to ``lifetime`` seconds (STS refuses durations under 900 s,
   and boto3 checks that client-side, so short-lived test sessions come from here);
+* answers ``AssumeRole`` (role chaining) only for a role that trusts whoever signed the request
+  — the principal the :class:`~rotator_devkit.devenv.standins.aws.Keyring` recorded for the
+  signing key, with the external ID the trust names (:meth:`STSProxy.allow_assume`) — and
+  ``AccessDenied`` otherwise, as STS does; its sessions live ``chained_lifetime`` seconds;
 * checks the SigV4 signature of every other call (``GetCallerIdentity``: "this credential
   works") against what it and the IAM proxy issued, kept in a shared
   :class:`~rotator_devkit.devenv.standins.aws.Keyring` — moto itself checks no signature — and
@@ -33,6 +37,16 @@ from rotator_devkit.devenv.standins.aws import aws_error
 from rotator_devkit.devenv.standins.httpstub import Stub
 
 ASSUME = "AssumeRoleWithWebIdentity"
+ASSUME_ROLE = "AssumeRole"
+
+
+@dataclass(frozen=True)
+class Trust:
+    """Who may assume a role with ``AssumeRole``: role or user ARNs, and the external ID the
+    role's trust policy requires (None: none)."""
+
+    principals: frozenset[str]
+    external_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -52,6 +66,9 @@ class STSProxy(Stub):
         self.keyring = keyring or aws.Keyring()
         self.trusted: dict[str, tuple[dict[str, Any], str]] = {}  # issuer → (JWKS, audience)
         self.roles: set[str] = set()
+        self.assumable: dict[str, Trust] = {}  # role ARN → who may assume it (AssumeRole)
+        self.chained_lifetime: int | None = None
+        """Seconds an ``AssumeRole`` session lives; None: ``lifetime``."""
         self.calls: list[Call] = []
         self._calls_lock = threading.Lock()
         self._in_flight = 0
@@ -60,6 +77,13 @@ class STSProxy(Stub):
 
     def trust(self, issuer: str, jwks: dict[str, Any], audience: str) -> None:
         self.trusted[issuer] = (jwks, audience)
+
+    def allow_assume(self, role_arn: str, *principals: str, external_id: str | None = None) -> None:
+        """Lets ``principals`` (role or user ARNs) assume ``role_arn`` with ``AssumeRole``, as
+        well as those already trusted; ``external_id`` replaces the one required."""
+        trusted = self.assumable.get(role_arn)
+        known = trusted.principals if trusted is not None else frozenset()
+        self.assumable[role_arn] = Trust(known | frozenset(principals), external_id)
 
     def calls_of(self, action: str, session: str | None = None) -> list[Call]:
         with self._calls_lock:
@@ -149,26 +173,48 @@ class STSProxy(Stub):
                 self.counted(f"refused_{refusal.code}")
                 self.reply(handler, refusal.status, refusal.body(), "text/xml")
                 return
+            if action == ASSUME_ROLE and (denied := self._check_trust(handler, form)) is not None:
+                self.counted("refused_AccessDenied")
+                self.reply(handler, 403, aws_error("AccessDenied", denied), "text/xml")
+                return
         status, answer, content_type = aws.forward(self.upstream, handler, body)
-        if action == ASSUME and status == 200:
-            expires_at = float(int(time.time() + self.lifetime))  # whole seconds, as shown
+        if action in (ASSUME, ASSUME_ROLE) and status == 200:
+            lifetime = self.lifetime
+            if action == ASSUME_ROLE and self.chained_lifetime is not None:
+                lifetime = self.chained_lifetime
+            expires_at = float(int(time.time() + lifetime))  # whole seconds, as shown
             expiry = datetime.fromtimestamp(expires_at, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
             answer = re.sub(
                 rb"<Expiration>[^<]*</Expiration>",
                 f"<Expiration>{expiry}</Expiration>".encode(),
                 answer,
             )
-            self._record(answer, expires_at)
+            self._record(answer, expires_at, form.get("RoleArn"))
         self.reply(handler, status, answer, content_type)
 
-    def _record(self, answer: bytes, expires_at: float) -> None:
+    def _record(self, answer: bytes, expires_at: float, role_arn: str | None) -> None:
         """Keeps the session's secret key and token, to check the signatures made with them and
-        for :attr:`issued`."""
+        for :attr:`issued`, and whose session it is (the role), for :meth:`_check_trust`."""
         issued = aws.issued_in(answer)
         if issued is not None:
             key_id, secret, token = issued
-            self.keyring.add(key_id, aws.Issued(secret, token, expires_at))
+            self.keyring.add(key_id, aws.Issued(secret, token, expires_at, principal=role_arn))
             self.remember(secret, token or "")
+
+    def _check_trust(self, handler: BaseHTTPRequestHandler, form: dict[str, str]) -> str | None:
+        """Why STS would refuse this (signed, verified) ``AssumeRole``; None if the role trusts
+        the signer, with the external ID it requires."""
+        key = aws.signer(handler)
+        issued = self.keyring.get(key) if key is not None else None
+        caller = issued.principal if issued is not None else None
+        role = form.get("RoleArn", "")
+        trust = self.assumable.get(role)
+        denied = f"User: {caller} is not authorized to perform: sts:AssumeRole on resource: {role}"
+        if trust is None or caller not in trust.principals:
+            return denied
+        if trust.external_id is not None and form.get("ExternalId") != trust.external_id:
+            return denied
+        return None
 
     def _check_web_identity(self, form: dict[str, str]) -> tuple[str, str] | None:
         token = form.get("WebIdentityToken", "")

@@ -1,0 +1,346 @@
+"""The controller's own identity as a credential source: the tenancy gate (before any provider
+call), workload or managed identity chosen from the environment, how managed identity and
+Application Default Credentials failures are classified, and ADC looked for once however many
+policies mint at the same time."""
+
+from __future__ import annotations
+
+import datetime
+import threading
+from collections.abc import Sequence
+from typing import Any, cast
+
+import google.auth.credentials
+import google.auth.exceptions
+import pytest
+from azure.core.exceptions import ClientAuthenticationError
+from azure.identity import CredentialUnavailableError
+
+from controllers.reconcilers import api
+from controllers.reconcilers.credentialsources import (
+    CONTROLLER_IDENTITY_FLAG,
+    ControllerIdentityNotAllowed,
+    SourceContext,
+    check_controller_identity,
+    parse_controller_identity_namespaces,
+)
+from controllers.reconcilers.credentialsources.azure import AzureCredentialsSource
+from controllers.reconcilers.credentialsources.gcp import GCPCredentialsSource
+from controllers.reconcilers.tokens import ServiceAccountTokens
+from rotator import errors, oidc
+from rotator.credentials import Credential
+from rotator.observe import NoObserver
+from rotator.providercalls import Failure
+from rotator.providers import azure
+from rotator.providers.gcp import adc
+from rotator.providers.gcp.common import DATA_KEY, Endpoints, Transport
+
+SCOPE = "https://cognitiveservices.azure.com/.default"
+LATER = datetime.datetime(2030, 1, 1, 12, 0, 0)  # google-auth's naive UTC
+
+
+def policy(namespace: str, spec: dict[str, Any]) -> api.Policy:
+    return cast(
+        api.Policy,
+        {
+            "apiVersion": api.API_VERSION,
+            "kind": "BackendSecurityPolicy",
+            "metadata": {"name": "p", "namespace": namespace, "uid": "u"},
+            "spec": spec,
+        },
+    )
+
+
+def context(namespace: str, spec: dict[str, Any]) -> SourceContext:
+    return SourceContext(policy(namespace, spec), lambda _: None)
+
+
+AZURE_SPEC = {
+    "type": "AzureCredentials",
+    "azureCredentials": {"scope": SCOPE, "controllerIdentity": {"clientID": "uai"}},
+}
+GCP_SPEC = {
+    "type": "GCPCredentials",
+    "gcpCredentials": {"projectName": "p", "region": "r", "controllerIdentity": {}},
+}
+
+
+# --- the tenancy gate ----------------------------------------------------------------------------
+
+
+def test_the_flag_lists_namespaces_and_defaults_to_none() -> None:
+    assert parse_controller_identity_namespaces("") == frozenset()
+    assert parse_controller_identity_namespaces(" team-a, team-b ,,") == {"team-a", "team-b"}
+    assert parse_controller_identity_namespaces("*") == {"*"}
+
+
+@pytest.mark.parametrize(
+    ("allowed", "namespace", "ok"),
+    [
+        (frozenset(), "team-a", False),
+        ({"team-b"}, "team-a", False),
+        ({"team-a", "team-b"}, "team-a", True),
+        ({"*"}, "anything", True),
+        ({"team-*"}, "team-a", False),  # no patterns: * alone means all
+    ],
+)
+def test_only_listed_namespaces_may_use_the_controller_identity(
+    allowed: frozenset[str], namespace: str, ok: bool
+) -> None:
+    if ok:
+        check_controller_identity(allowed, namespace)
+        return
+    with pytest.raises(ControllerIdentityNotAllowed) as raised:
+        check_controller_identity(allowed, namespace)
+    assert isinstance(raised.value, errors.InvalidInput), "permanent until the flag changes"
+    assert raised.value.reason == "ControllerIdentityNotAllowed"
+    assert CONTROLLER_IDENTITY_FLAG in str(raised.value)
+    assert namespace in str(raised.value)
+
+
+class FakeAzure:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str | None, str]] = []
+
+    def controller_identity(self, *, client_id: str | None, scope: str) -> Credential:
+        self.calls.append((client_id, scope))
+        return Credential({azure.DATA_KEY: b"token"}, expires_at=100.0)
+
+
+def azure_source(fake: FakeAzure, namespaces: frozenset[str]) -> AzureCredentialsSource:
+    return AzureCredentialsSource(
+        azure=cast(azure.Azure, fake),
+        tokens=cast(oidc.TokenSource, None),
+        service_accounts=cast(ServiceAccountTokens, None),
+        controller_identity_namespaces=namespaces,
+    )
+
+
+def test_azure_controller_identity_is_checked_before_any_call() -> None:
+    fake = FakeAzure()
+    source = azure_source(fake, frozenset({"team-a"}))
+    with pytest.raises(ControllerIdentityNotAllowed):
+        source.obtain(context("team-b", AZURE_SPEC))
+    assert fake.calls == []
+    assert source.obtain(context("team-a", AZURE_SPEC)).expires_at == 100.0
+    assert fake.calls == [("uai", SCOPE)]
+    assert source.secret_refs(cast(api.PolicySpec, AZURE_SPEC)) == []
+    assert source.calls_provider(cast(api.PolicySpec, AZURE_SPEC))
+
+
+class FakeGoogleCredentials(google.auth.credentials.Credentials):
+    """What ``google.auth.default`` finds; each refresh is a new token."""
+
+    refreshes = 0
+
+    def refresh(self, request: Any) -> None:
+        FakeGoogleCredentials.refreshes += 1
+        self.token = f"ya29.fake-{FakeGoogleCredentials.refreshes}"
+        self.expiry = LATER
+
+
+class Finder:
+    """A ``google.auth.default`` that counts its looks and may block or fail."""
+
+    def __init__(self, *, fail: bool = False) -> None:
+        self.looks = 0
+        self.fail = fail
+        self.release = threading.Event()
+        self.release.set()
+        self.entered = threading.Event()
+
+    def __call__(
+        self, *, scopes: Sequence[str], request: Any
+    ) -> tuple[google.auth.credentials.Credentials, str | None]:
+        assert list(scopes) == ["https://www.googleapis.com/auth/cloud-platform"]
+        self.looks += 1
+        self.entered.set()
+        self.release.wait(10)
+        if self.fail:
+            raise google.auth.exceptions.DefaultCredentialsError("not found")
+        return FakeGoogleCredentials(), "project"
+
+
+def gcp_source(finder: Finder, namespaces: frozenset[str]) -> GCPCredentialsSource:
+    return GCPCredentialsSource(
+        transport=Transport(NoObserver()),
+        endpoints=Endpoints(),
+        tokens=cast(oidc.TokenSource, None),
+        service_accounts=cast(ServiceAccountTokens, None),
+        application_default=adc.ApplicationDefault(NoObserver(), find=finder),
+        controller_identity_namespaces=namespaces,
+    )
+
+
+def test_gcp_controller_identity_is_checked_before_looking_for_credentials() -> None:
+    finder = Finder()
+    source = gcp_source(finder, frozenset())
+    with pytest.raises(ControllerIdentityNotAllowed):
+        source.obtain(context("team-a", GCP_SPEC))
+    assert finder.looks == 0
+
+
+def test_gcp_controller_identity_tokens_carry_google_expiry_and_adc_is_found_once() -> None:
+    finder = Finder()
+    source = gcp_source(finder, frozenset({"*"}))
+    first = source.obtain(context("team-a", GCP_SPEC))
+    second = source.obtain(context("team-b", GCP_SPEC))
+    assert first.data[DATA_KEY] != second.data[DATA_KEY], "a fresh token each time"
+    assert first.expires_at == LATER.replace(tzinfo=datetime.UTC).timestamp()
+    assert finder.looks == 1
+
+
+def test_mints_that_come_during_the_look_wait_for_it() -> None:
+    finder = Finder()
+    finder.release.clear()
+    found = adc.ApplicationDefault(NoObserver(), find=finder)
+    tokens: list[str] = []
+
+    def mint() -> None:
+        tokens.append(found.token()[0])
+
+    threads = [threading.Thread(target=mint) for _ in range(4)]
+    for t in threads:
+        t.start()
+    assert finder.entered.wait(10)
+    finder.release.set()
+    for t in threads:
+        t.join(10)
+    assert finder.looks == 1, "one look for all"
+    assert len(set(tokens)) == 4, "each mint its own token"
+
+
+def test_a_failed_look_fails_its_waiters_and_is_tried_again() -> None:
+    finder = Finder(fail=True)
+    finder.release.clear()
+    found = adc.ApplicationDefault(NoObserver(), find=finder)
+    outcomes: list[BaseException] = []
+
+    def mint() -> None:
+        try:
+            found.token()
+        except errors.CredentialError as exc:
+            outcomes.append(exc)
+
+    threads = [threading.Thread(target=mint) for _ in range(3)]
+    for t in threads:
+        t.start()
+    assert finder.entered.wait(10)
+    finder.release.set()
+    for t in threads:
+        t.join(10)
+    assert len(outcomes) == 3
+    assert all(isinstance(e, errors.ProviderUnavailable) for e in outcomes), "retried"
+    assert {getattr(e, "code", None) for e in outcomes} == {"NoDefaultCredentials"}
+    finder.fail = False
+    assert found.token()[0].startswith("ya29."), "the next mint looks again"
+
+
+# --- workload or managed identity --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("environ", "client_id", "missing"),
+    [
+        ({"AZURE_FEDERATED_TOKEN_FILE": "/t"}, None, "AZURE_TENANT_ID and AZURE_CLIENT_ID"),
+        ({"AZURE_FEDERATED_TOKEN_FILE": "/t", "AZURE_CLIENT_ID": "c"}, None, "AZURE_TENANT_ID"),
+        ({"AZURE_FEDERATED_TOKEN_FILE": "/t", "AZURE_TENANT_ID": "t"}, None, "AZURE_CLIENT_ID"),
+    ],
+)
+def test_workload_identity_without_its_ids_says_which_are_missing(
+    environ: dict[str, str], client_id: str | None, missing: str
+) -> None:
+    client = azure.Azure(NoObserver(), environ=environ)
+    with pytest.raises(errors.InvalidInput) as raised:
+        client.controller_identity(client_id=client_id, scope=SCOPE)
+    assert str(raised.value).endswith(
+        f"but not {missing}: see its pod's azure.workload.identity labels"
+    )
+
+
+# --- classification ----------------------------------------------------------------------------
+
+
+def unavailable(detail: str) -> CredentialUnavailableError:
+    return CredentialUnavailableError(
+        message=f"ManagedIdentityCredential authentication unavailable. {detail}"
+    )
+
+
+@pytest.mark.parametrize(
+    ("exc", "failure"),
+    [
+        pytest.param(
+            unavailable("Token request error: (invalid_request) Identity not found"),
+            Failure("invalid_request", False, "invalid_request (no such identity here?)"),
+            id="imds-identity-not-found",
+        ),
+        pytest.param(
+            unavailable("Token request error: (temporarily_unavailable) "),
+            Failure("temporarily_unavailable", True),
+            id="imds-unavailable",
+        ),
+        pytest.param(
+            unavailable("Token request error: (invalid_scope) 503, unavailable"),
+            Failure("503", True),
+            id="app-service-503",
+        ),
+        pytest.param(
+            unavailable("Token request error: (invalid_scope) 429, slow down"),
+            Failure("429", True),
+            id="app-service-429",
+        ),
+        pytest.param(
+            unavailable("Token request error: (invalid_scope) 401, wrong header"),
+            Failure("invalid_scope", False),
+            id="app-service-401",
+        ),
+        pytest.param(
+            unavailable("no response from the IMDS endpoint."),
+            Failure("unreachable", True),
+            id="no-answer",
+        ),
+        pytest.param(
+            ClientAuthenticationError(message="AADSTS700213: No matching federated identity"),
+            Failure("unreachable", True),
+            id="not-a-managed-identity-answer",
+        ),
+    ],
+)
+def test_managed_identity_failures(exc: Exception, failure: Failure) -> None:
+    assert azure.classify_managed_identity(exc) == failure
+
+
+def test_an_unreadable_federated_token_file_is_transient() -> None:
+    failure = azure.classify(FileNotFoundError(2, "No such file", "/var/run/secrets/token"))
+    assert failure == Failure("FileNotFoundError", True, "federated token file unreadable")
+
+
+def metadata_error(text: str) -> google.auth.exceptions.RefreshError:
+    return google.auth.exceptions.RefreshError(google.auth.exceptions.TransportError(text))
+
+
+@pytest.mark.parametrize(
+    ("exc", "code", "transient"),
+    [
+        (google.auth.exceptions.DefaultCredentialsError("not found"), "NoDefaultCredentials", True),
+        (metadata_error("Failed ... Response status: 503\nResponse details:"), "503", True),
+        (metadata_error("Failed ... Status: 429 Response:\nb''"), "429", True),
+        (metadata_error("Failed ... Status: 403 Response:\nb'Missing header'"), "403", False),
+        (metadata_error("Failed ... Status: 404 Response:\nb''"), "404", False),
+        (metadata_error("Failed ... Last exception: timed out"), "TransportError", True),
+        (google.auth.exceptions.TransportError("connection refused"), "TransportError", True),
+        (
+            google.auth.exceptions.RefreshError("invalid_grant: bad", {"error": "invalid_grant"}),
+            "invalid_grant",
+            False,
+        ),
+    ],
+)
+def test_application_default_credentials_failures(
+    exc: Exception, code: str, transient: bool
+) -> None:
+    failure = adc.classify_adc(exc)
+    assert failure is not None
+    assert (failure.code, failure.transient) == (code, transient)
+    assert "Response" not in (failure.shown or ""), "never a response body"
