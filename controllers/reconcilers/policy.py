@@ -409,7 +409,10 @@ class PolicyReconciler:
     def _failed(
         self, policy: api.Policy, exc: errors.CredentialError, ctx: SourceContext
     ) -> Result:
-        now = ctx.now
+        # Judged when the attempt failed, not when the reconcile began: a provider call that
+        # hung across the expiry must turn the policy Expired, not "RotationFailed, valid until
+        # <a time already past>".
+        now = max(ctx.now, self._clock.now())
         old: dict[str, Any] = dict(policy.get("status") or {})
         attempts = int(old.get("failedAttempts") or 0) + 1
         fields: dict[str, Any] = {

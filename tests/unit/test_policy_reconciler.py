@@ -650,6 +650,22 @@ def test_a_failed_refresh_after_expiry_is_expired(world: World) -> None:
     assert world.reason(api.ACCEPTED) == ("True", "Accepted")
 
 
+def test_a_refresh_that_hangs_across_the_expiry_is_judged_when_it_fails(world: World) -> None:
+    """Validity is judged when the attempt failed, not when the reconcile began. Mutation
+    caught: judging at the reconcile's start (the status then said ``RotationFailed``, "valid
+    until" a time already past, until the next attempt)."""
+    world.serve(DUE)  # valid until NOW + 600
+
+    def hang_past_the_expiry(ctx: SourceContext) -> Credential:
+        world.clock.advance(650)  # the provider answered 50 s after the credential expired
+        raise errors.ProviderUnavailable("STS timed out")
+
+    world.source.obtain = hang_past_the_expiry  # type: ignore[method-assign]
+    world.reconcile()
+    assert world.reason(api.READY) == ("False", "Expired")
+    assert world.api.statuses()[-1]["lastFailureTime"] == clocks.rfc3339(NOW + 650)
+
+
 def test_the_retry_is_bounded_by_the_expiry_so_expired_turns_on_time() -> None:
     world = World(start=NOW + 599.75)  # DUE expires at NOW + 600: a quarter second left
     world.serve(DUE)
