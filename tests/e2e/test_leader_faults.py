@@ -97,7 +97,9 @@ def longest_overlap(a: list[Reconcile], b: list[Reconcile]) -> float:
 
 class Churn:
     """Keeps the leader reconciling: annotates a policy every ``every`` seconds (pacing, not
-    synchronisation) from a thread of the test."""
+    synchronisation) from a thread of the test. The annotation is in rotator's prefix: the
+    policy cache keeps only ``rotator.dev/`` annotations (``crviews``), so another tool's
+    annotation changes nothing rotator sees and wakes no reconcile."""
 
     def __init__(self, api: clients.Client, namespace: str, policy: str, every: float = 0.2):
         self._api, self._ns, self._policy, self._every = api, namespace, policy, every
@@ -116,7 +118,7 @@ class Churn:
         n = 0
         while not self._stop.wait(self._every):
             n += 1
-            patch = {"metadata": {"annotations": {"test.rotator.dev/churn": str(n)}}}
+            patch = {"metadata": {"annotations": {"rotator.dev/test-churn": str(n)}}}
             try:
                 self._api.patch(rapi.POLICIES, self._policy, patch, namespace=self._ns)
             except Exception as exc:  # a skipped beat is fine; the test goes on
