@@ -37,6 +37,23 @@ Route (one backend)    3252 / 1285 / 887 (31 % less)     1729 / 888 / 888
 .. [1] five ``app.kubernetes.io``/``helm.sh`` labels, Helm's two release annotations, Argo CD's
    tracking id and kubectl's last-applied annotation. The rest is mostly ``status``: three
    conditions are ~500 of a Route's 888 bytes.
+
+In memory each kept object takes about five times its JSON; the informer's last step
+(``controllers.runtime.informer.compact``: repeated keys and strings shared, lists exact) halves
+that. Bytes held per object of a scale-benchmark chain (plain ``create``, each object from its own
+watch event, every distinct object counted once; the interning table not counted):
+
+=====================  ===============  ===============
+kind                   as decoded       compacted
+=====================  ===============  ===============
+BackendSecurityPolicy  4634             2447
+ServiceBackend         3517             1950
+Route (one backend)    4882             2817
+=====================  ===============  ===============
+
+What is left is mostly containers (a dict is 184 bytes up to five keys, 272 up to ten: a Route is
+ten dicts, three of them conditions); fewer bytes would take keeping fewer objects, not fewer
+fields of them.
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
+from controllers.reconcilers import secretviews
 from controllers.runtime import objects
 from controllers.runtime.objects import Body
 
@@ -32,15 +33,43 @@ class OwnWrites:
         self._max = max_pending
         self._lock = threading.Lock()
         self._pending: OrderedDict[objects.ObjectKey, Mapping[str, Any]] = OrderedDict()
+        self._bases: dict[objects.ObjectKey, str | None] = {}
 
-    def expect(self, desired: Mapping[str, Any]) -> None:
-        """Records ``desired`` (the object about to be written) until its event is seen."""
+    def expect(self, desired: Mapping[str, Any], *, over: str | None = None) -> None:
+        """Records ``desired`` (the object about to be written) until its event is seen.
+        ``over``: the resourceVersion the write is based on (the cached object's; None when
+        creating), which tells :meth:`unseen` whether the cache has caught up."""
         key = objects.key_of(desired)
         with self._lock:
             self._pending[key] = desired
+            self._bases[key] = over
             self._pending.move_to_end(key)
             while len(self._pending) > self._max:
-                self._pending.popitem(last=False)
+                dropped, _ = self._pending.popitem(last=False)
+                self._bases.pop(dropped, None)
+
+    def forget(self, key: objects.ObjectKey) -> None:
+        """Drops the record of a write that failed: it did not land (or, cut off, may have —
+        then its event reconciles the owner once more, which is harmless)."""
+        with self._lock:
+            self._pending.pop(key, None)
+            self._bases.pop(key, None)
+
+    def unseen(
+        self, key: objects.ObjectKey, cached: Mapping[str, Any] | None
+    ) -> Mapping[str, Any] | None:
+        """What this process last wrote to ``key``, while ``cached`` (the informer's copy) is
+        still the version that write was based on: the cache is behind the server then, and a
+        writer deciding "nothing to change" must compare with this write, not with the cache.
+        Otherwise: write A; decide B against a cache still holding what preceded A, equal to B;
+        write nothing; A's echo is then skipped as an echo, and the server keeps A for good.
+        None once the cache shows any other version (the echo, or someone's later edit)."""
+        cached_version = objects.meta(cached).get("resourceVersion") if cached else None
+        with self._lock:
+            desired = self._pending.get(key)
+            if desired is None or self._bases.get(key) != cached_version:
+                return None
+            return desired
 
     def is_echo(self, obj: Body) -> bool:
         """Whether ``obj`` holds exactly what this process last wrote (consumed on a match)."""
@@ -50,6 +79,7 @@ class OwnWrites:
             if desired is None or not _holds(obj, desired):
                 return False
             del self._pending[key]
+            self._bases.pop(key, None)
             return True
 
     def not_echo(self, old: Body | None, new: Body) -> bool:
@@ -58,7 +88,7 @@ class OwnWrites:
 
 
 def _holds(obj: Mapping[str, Any], desired: Mapping[str, Any]) -> bool:
-    if (obj.get("data") or {}) != (desired.get("data") or {}):
+    if not secretviews.holds_data(obj, desired.get("data") or {}):
         return False
     have: Mapping[str, Any] = obj.get("metadata") or {}
     want: Mapping[str, Any] = desired.get("metadata") or {}

@@ -304,25 +304,32 @@ class PolicyReconciler:
             policy, credential, minted=minted, answered_request=answered, copied_from=copied_from
         )
         md = desired["metadata"]
-        actual = self._managed.get(self._derived_key(policy))
-        if actual is None:
+        key = self._derived_key(policy)
+        actual = self._managed.get(key)
+        known = self._own_writes.unseen(key, actual) or actual  # the cache may lag our write
+        if known is None:
             change = Change.CREATED
-        elif (actual.get("data") or {}) != desired["data"]:
+        elif (known.get("data") or {}) != desired["data"]:
             change = Change.ROTATED
-        elif not apply.subset(md, actual.get("metadata")) or derived.stale_annotations(
-            actual, md["annotations"]
+        elif not apply.subset(md, known.get("metadata")) or derived.stale_annotations(
+            known, md["annotations"]
         ):
             change = Change.REPAIRED  # metadata edited, or state that no longer applies
         else:
             return Change.NONE
-        self._own_writes.expect(desired)  # its watch event is no reason to reconcile again
-        written = apply.apply(
-            self._api,
-            objects.SECRETS,
-            desired,
-            field_manager=api.FIELD_MANAGER,
-            resource_version=objects.meta(actual).get("resourceVersion") if actual else None,
-        )
+        base = objects.meta(actual).get("resourceVersion") if actual else None
+        self._own_writes.expect(desired, over=base)  # its event is no reason to reconcile again
+        try:
+            written = apply.apply(
+                self._api,
+                objects.SECRETS,
+                desired,
+                field_manager=api.FIELD_MANAGER,
+                resource_version=base,
+            )
+        except Exception:
+            self._own_writes.forget(key)  # not written: the cache is not behind it
+            raise
         if leftover := derived.stale_annotations(written, md["annotations"]):
             # set by hand (another field manager owns them), which an apply cannot remove
             written = self._api.patch(

@@ -20,7 +20,7 @@ from typing import Any, cast
 
 import structlog
 
-from controllers.reconcilers import api, conditions, echoes, routeconfig, status
+from controllers.reconcilers import api, conditions, echoes, routeconfig, secretviews, status
 from controllers.reconcilers.backend import policies_for, settling
 from controllers.reconcilers.conditions import false, true
 from controllers.reconcilers.derived import owner_reference
@@ -243,21 +243,28 @@ class RouteReconciler:
             "type": "Opaque",
             "data": {api.ROUTE_CONFIG_KEY: base64.b64encode(text.encode()).decode()},
         }
-        actual = self._managed.get(objects.make_key(md["namespace"], name))
+        key = objects.make_key(md["namespace"], name)
+        actual = self._managed.get(key)
+        known = self._own_writes.unseen(key, actual) or actual  # the cache may lag our write
         if (
-            actual is not None
-            and (actual.get("data") or {}) == desired["data"]
-            and apply.subset(desired["metadata"], actual.get("metadata"))
+            known is not None
+            and secretviews.holds_data(known, desired["data"])
+            and apply.subset(desired["metadata"], known.get("metadata"))
         ):
             return
-        self._own_writes.expect(desired)  # its watch event is no reason to reconcile again
-        apply.apply(
-            self._api,
-            objects.SECRETS,
-            desired,
-            field_manager=api.FIELD_MANAGER,
-            resource_version=objects.meta(actual).get("resourceVersion") if actual else None,
-        )
+        base = objects.meta(actual).get("resourceVersion") if actual else None
+        self._own_writes.expect(desired, over=base)  # its event is no reason to reconcile again
+        try:
+            apply.apply(
+                self._api,
+                objects.SECRETS,
+                desired,
+                field_manager=api.FIELD_MANAGER,
+                resource_version=base,
+            )
+        except Exception:
+            self._own_writes.forget(key)  # not written: the cache is not behind it
+            raise
         log.info("route.config_written", secret_name=name, config_hash=digest[:12])
 
 

@@ -12,10 +12,25 @@ informer ``Transform``):
   (``rotator-bsp-<policy>``, ``rotator-route-<route>``) — at most one per rotator object, so the
   bytes kept grow with the objects users are allowed to create, not with Secrets. Any other
   labelled Secret keeps its identity and ownerReferences only.
+
+Of rotator's own Secrets, the route config keeps a digest of its data (:data:`DATA_DIGEST`), not
+the data: its only readers compare it with a configuration about to be written (the route
+reconciler's "already written?" and the echo filter, both through :func:`holds_data`), and the
+configuration inlines every backend's credentials, so it grows with the route. A digest of the
+data itself, not the ``config-hash`` annotation, so an edit of the data that leaves the
+annotation alone is still seen and repaired. The derived Secret keeps its data: the route
+renderer and the policy reconciler read it.
+
+Bytes held per cached Secret of a scale-benchmark chain (one-backend API-key route; each Secret
+from its own watch event, after ``controllers.runtime.informer.compact``; before this module's
+digest and the compaction, in brackets): metadata view 570 [630] each, 5,000 unrelated Secrets
+included; derived Secret 1,860 [3,440]; route config 1,520 [3,660, 845 of them its data].
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -32,6 +47,26 @@ _NAMES = {
     "BackendSecurityPolicy": api.derived_secret_name,
     "Route": api.route_config_secret_name,
 }
+
+
+DATA_DIGEST = "dataDigest"
+"""Where a cached route config Secret holds :func:`data_digest` of its data, in place of
+``data`` (a top-level field no Secret has)."""
+
+
+def data_digest(data: Mapping[str, str]) -> str:
+    """SHA-256 of a Secret's ``data`` (keys sorted): equal exactly when the data are."""
+    canonical = json.dumps(dict(data), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def holds_data(cached: Mapping[str, Any], data: Mapping[str, str]) -> bool:
+    """Whether the cached Secret ``cached`` holds exactly ``data``: by digest when the cache
+    kept one (a route config), else by the data it kept."""
+    digest = cached.get(DATA_DIGEST)
+    if digest is not None:
+        return bool(digest == data_digest(data))
+    return (cached.get("data") or {}) == dict(data)
 
 
 def owned_by_rotator(secret: Mapping[str, Any]) -> bool:
@@ -53,16 +88,21 @@ def identity_only(secret: Body) -> Body:
 def managed(secret: Body) -> Body:
     """The transform of the managed-Secret view."""
     if owned_by_rotator(secret):
-        return {
+        kept: Body = {
             "metadata": {
                 k: v
                 for k, v in objects.meta(secret).items()
                 if k in (*_IDENTITY, "labels", "annotations", "ownerReferences")
             },
-            "data": secret.get("data") or {},
         }
+        data = secret.get("data") or {}
+        if (objects.controller_of(secret) or {}).get("kind") == "Route":
+            kept[DATA_DIGEST] = data_digest(data)
+        else:
+            kept["data"] = data
+        return kept
     md = objects.meta(secret)
-    kept = {k: md[k] for k in _IDENTITY if k in md}  # type: ignore[literal-required]
+    identity = {k: md[k] for k in _IDENTITY if k in md}  # type: ignore[literal-required]
     if "ownerReferences" in md:
-        kept["ownerReferences"] = md["ownerReferences"]
-    return {"metadata": kept}
+        identity["ownerReferences"] = md["ownerReferences"]
+    return {"metadata": identity}

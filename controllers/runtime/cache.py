@@ -127,8 +127,11 @@ class FullObjectReader:
     each body as JSON), not in entries: anyone who can create a Secret decides how large it is,
     and a count bound would let a few hundred 1 MiB Secrets fill the controller's memory. A body
     larger than a quarter of the budget is returned but not kept. Only ``metadata`` (name,
-    namespace, uid, resourceVersion) and ``data`` of a kept body are retained. Defaults to
-    16 MiB.
+    namespace, uid, resourceVersion) and ``data`` of a kept body are retained, and as the JSON
+    they are measured by: the budget is then the memory held (decoded, a small Secret's body
+    takes six times its JSON: 1,140 bytes for the 177 of an API-key source), and each ``get``
+    returns a body of its own, decoded again (microseconds), that the caller may change.
+    Defaults to 16 MiB.
     """
 
     def __init__(
@@ -140,7 +143,8 @@ class FullObjectReader:
         self._informer = informer
         self._max_bytes = max_bytes
         self._lock = threading.Lock()
-        self._bodies: OrderedDict[ObjectKey, tuple[Body, int]] = OrderedDict()
+        # key → (resourceVersion, the trimmed body as JSON); bytes counts the JSON's lengths
+        self._bodies: OrderedDict[ObjectKey, tuple[str | None, bytes]] = OrderedDict()
         self._bytes = 0
 
     @property
@@ -160,29 +164,34 @@ class FullObjectReader:
         version = objects.meta(meta).get("resourceVersion")
         with self._lock:
             kept = self._bodies.get(key)
-            if kept is not None and objects.meta(kept[0]).get("resourceVersion") == version:
+            if kept is not None and kept[0] == version:
                 self._bodies.move_to_end(key)
-                return kept[0]
+                encoded = kept[1]
+            else:
+                encoded = None
+        if encoded is not None:
+            body: Body = json.loads(encoded)
+            return body
         try:
             body = self._api.get(self._informer.resource, name, namespace=namespace)
         except errors.NotFound:
             return None
         body = _trimmed(body)
-        size = len(json.dumps(body, separators=(",", ":")))
+        encoded = json.dumps(body, separators=(",", ":")).encode()
         with self._lock:
             self._forget(key)
-            if size <= self._max_bytes // 4:
-                self._bodies[key] = (body, size)
-                self._bytes += size
+            if len(encoded) <= self._max_bytes // 4:
+                self._bodies[key] = (objects.meta(body).get("resourceVersion"), encoded)
+                self._bytes += len(encoded)
                 while self._bytes > self._max_bytes:
                     _, (_, dropped) = self._bodies.popitem(last=False)
-                    self._bytes -= dropped
+                    self._bytes -= len(dropped)
         return body
 
     def _forget(self, key: ObjectKey) -> None:
         kept = self._bodies.pop(key, None)
         if kept is not None:
-            self._bytes -= kept[1]
+            self._bytes -= len(kept[1])
 
 
 def _trimmed(body: Body) -> Body:

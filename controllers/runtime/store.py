@@ -3,6 +3,10 @@
 An index maps every object to zero or more index values (say, the names of the Secrets a policy
 references); :meth:`Store.by_index` then finds the objects for a value without scanning the store.
 Objects are shared, read-only decoded JSON (see :mod:`controllers.runtime.objects`).
+
+Most index values name one object (the one Secret a policy uses, the one backend a route sends
+to), so a value holds its key alone until a second key joins it, and only then a set: an empty
+``set`` is 216 bytes, three times the key it would hold (client-go's indexers use a set always).
 """
 
 from __future__ import annotations
@@ -18,6 +22,9 @@ IndexFunc = Callable[[Mapping[str, Any]], Iterable[str]]
 
 NAMESPACE_INDEX = "namespace"
 
+_Keys = ObjectKey | set[ObjectKey]
+"""The keys under one index value: one key, or a set of two or more."""
+
 
 def _by_namespace(obj: Mapping[str, Any]) -> Iterable[str]:
     return [objects.namespace(obj)]
@@ -30,9 +37,10 @@ class Store:
         self._lock = threading.RLock()
         self._items: dict[ObjectKey, Body] = {}
         self._index_funcs: dict[str, IndexFunc] = {NAMESPACE_INDEX: _by_namespace}
-        # index name → index value → keys. Invariant: for every item and index, the item's key is
-        # under exactly the values the index function returns for the stored item.
-        self._indices: dict[str, dict[str, set[ObjectKey]]] = {NAMESPACE_INDEX: {}}
+        # index name → index value → its key, or a set of two or more keys. Invariant: for every
+        # item and index, the item's key is under exactly the values the index function returns
+        # for the stored item; a set is never empty nor of one key.
+        self._indices: dict[str, dict[str, _Keys]] = {NAMESPACE_INDEX: {}}
 
     def add_index(self, name: str, func: IndexFunc) -> None:
         """Adds an index and builds it over what is already stored."""
@@ -61,7 +69,11 @@ class Store:
 
     def by_index(self, index: str, value: str) -> list[Body]:
         with self._lock:
-            keys = self._indices[index].get(value, ())
+            keys = self._indices[index].get(value)
+            if keys is None:
+                return []
+            if isinstance(keys, str):
+                return [self._items[keys]]
             return [self._items[k] for k in keys]
 
     def __len__(self) -> int:
@@ -97,10 +109,8 @@ class Store:
         that was stored in scope but is not in ``items``.
         """
         with self._lock:
-            in_scope = set(
-                self._items
-                if namespace is None
-                else self._indices[NAMESPACE_INDEX].get(namespace, set())
+            in_scope = (
+                set(self._items) if namespace is None else self._keys(NAMESPACE_INDEX, namespace)
             )
             upserts = []
             for obj in items:
@@ -109,17 +119,36 @@ class Store:
             deletions = [old for key in in_scope if (old := self.delete(key)) is not None]
             return upserts, deletions
 
+    def _keys(self, index: str, value: str) -> set[ObjectKey]:
+        """A new set of the keys under ``value``."""
+        keys = self._indices[index].get(value)
+        if keys is None:
+            return set()
+        return {keys} if isinstance(keys, str) else set(keys)
+
     def _index_one(self, name: str, key: ObjectKey, obj: Body) -> None:
         index = self._indices[name]
         for value in self._index_funcs[name](obj):
-            index.setdefault(value, set()).add(key)
+            keys = index.get(value)
+            if keys is None:
+                index[value] = key
+            elif isinstance(keys, str):
+                if keys != key:
+                    index[value] = {keys, key}
+            else:
+                keys.add(key)
 
     def _unindex(self, key: ObjectKey, obj: Body) -> None:
         for name, func in self._index_funcs.items():
             index = self._indices[name]
             for value in func(obj):
                 keys = index.get(value)
-                if keys is not None:
-                    keys.discard(key)
-                    if not keys:
+                if keys is None:
+                    continue
+                if isinstance(keys, str):
+                    if keys == key:
                         del index[value]
+                    continue
+                keys.discard(key)
+                if len(keys) == 1:
+                    index[value] = next(iter(keys))

@@ -16,35 +16,36 @@ MIB = 2**20
 CHAINS = 1000
 UNRELATED = 5000
 
-BASE_MIB = 80.0
+BASE_MIB = 81.0
 """``rotator run`` idle over an empty cluster (CRDs and RBAC only)."""
-PER_CHAIN_BYTES = 27_000
+PER_CHAIN_BYTES = 17_000
 """One API-key chain: its Secret, policy, backend and route, the derived and route config
-Secrets it gets, and the controller's bookkeeping (queues, indexes, event dedup)."""
+Secrets it gets, and the controller's bookkeeping (queues, indexes, event dedup). About 12 KB
+of it is the cached objects (``controllers.runtime.informer.compact``); 27,000 before they
+were compacted and the route config's data was replaced by a digest."""
 PER_UNRELATED_BYTES = 1_000
 """One 4 KiB Secret in another namespace: its identity only (the data is never cached)."""
-WARM_MIB = 6.0
+WARM_MIB = 3.0
 """What the first chains cost beyond their share: code paths, threads and buffers that a
 cluster without chains never uses."""
-BASE_MARGIN = 1.10
-OBJECT_MARGIN = 1.4
+BASE_MARGIN = 1.05
+OBJECT_MARGIN = 1.2
 
 
 def ceiling_bytes(chains: int, unrelated: int) -> float:
-    """``1.1 * base + 1.4 * (warm-up + bytes per chain * chains + bytes per unrelated Secret *
+    """``1.05 * base + 1.2 * (warm-up + bytes per chain * chains + bytes per unrelated Secret *
     unrelated)``.
 
     Measured (``rotator run`` at --log-level info, cold starts one after another on one control
-    plane, 2-core AMD EPYC, Python 3.11): 80 MiB with nothing; 85 MiB with 5,000 unrelated
-    Secrets (about 1,000 bytes each); 104, 116 and 143 MiB with 500, 1,000 and 2,000 chains
-    (and 5,000, 5,000, 10,000 unrelated) — about 26.5 KB per chain between them, plus a step of
-    about 6 MiB for the first. At 1,000 chains and 5,000 unrelated Secrets that predicts
-    80 + 6 + 26 + 5 = 117 MiB (this test measured 117), and the ceiling is
-    1.1 * 80 + 1.4 * 36.5 = 139 MiB: 22 MiB of headroom. Twice the bytes per object
-    (80 + 2 * 36.5 = 153 MiB) is over it, and so is caching the unrelated Secrets' data
-    (5,000 * 5.5 KiB of base64 = 27 MiB more). Mutation-tested with a controller whose caches
-    kept every object three times (a deep copy twice over): 145 MiB, failed; twice: 132 MiB,
-    passed (the caches are about 15 of the 37 MiB the objects cost)."""
+    plane, two per size, 2-core AMD EPYC, Python 3.11): 81 MiB with nothing; 85.5 MiB with 5,000
+    unrelated Secrets (about 920 bytes each); 96.9, 104.7 and 125.5 MiB with 500, 1,000 and
+    2,000 chains (and 5,000, 5,000, 10,000 unrelated), 121.3 MiB with 2,000 chains and 5,000
+    unrelated — 16.5 to 17.5 KB per chain between them, plus about 3 MiB for the first. At 1,000
+    chains and 5,000 unrelated Secrets that predicts 81 + 3 + 16.2 + 4.8 = 105 MiB (this test
+    measured 104 to 106), and the ceiling is 1.05 * 81 + 1.2 * 24 = 114 MiB: 8 MiB of headroom.
+    Mutation-tested: the controller before its caches were compacted (27 KB per chain) measured
+    117 MiB, failed; a store keeping a deep copy of every object besides: 116 MiB, failed. So
+    would caching the unrelated Secrets' data (5,000 * 5.5 KiB of base64 = 27 MiB more)."""
     objects = WARM_MIB * MIB + PER_CHAIN_BYTES * chains + PER_UNRELATED_BYTES * unrelated
     return BASE_MARGIN * BASE_MIB * MIB + OBJECT_MARGIN * objects
 

@@ -458,3 +458,40 @@ def test_a_route_written_before_does_not_wait(world: World) -> None:
     world.backends.delete(objects.make_key(NS, "b"))
     world.reconcile()
     assert reason(world, "ResolvedRefs") == ("False", "BackendNotFound")
+
+
+def test_a_change_undone_before_the_cache_caught_up_is_still_written(world: World) -> None:
+    """The config Secret is compared with rotator's own last write while the cache still holds
+    the version that write was based on. Mutation caught: comparing with the cache alone (the
+    third reconcile then finds the cache — still the first config — equal to what it wants,
+    writes nothing, and the server keeps the second config for good: its echo is skipped)."""
+    world.chain("a", {"apiKey": b"sk-1"})
+    world.route("a")
+    world.reconcile()  # config 1, and the informer brings it back
+    key = objects.make_key(NS, api.route_config_secret_name("r"))
+    cached = dict(world.managed.get(key) or {})
+    world.managed.upsert({**cached, "metadata": {**cached["metadata"], "resourceVersion": "7"}})
+
+    world.chain("a", {"apiKey": b"sk-2"})
+    world.reconciler.reconcile(Request(NS, "r"))  # config 2 written; its event not back yet
+    assert world.served() == {"a": {"apiKey": "sk-2"}}
+    world.chain("a", {"apiKey": b"sk-1"})  # undone at once
+    world.reconciler.reconcile(Request(NS, "r"))
+    assert world.served() == {"a": {"apiKey": "sk-1"}}, "the server must not keep config 2"
+    assert len(world.api.secrets()) == 3
+
+
+def test_a_failed_write_is_not_taken_for_what_the_server_holds(world: World) -> None:
+    """A write that failed is forgotten: the next reconcile compares with the cache again and
+    writes. Mutation caught: keeping the record of a failed write (the retry then believes the
+    server holds it and writes nothing)."""
+    world.chain("a", {"apiKey": b"sk-1"})
+    world.route("a")
+    world.reconcile()
+    world.chain("a", {"apiKey": b"sk-2"})
+    world.api.refuse = api_errors.Conflict("the object has been modified")
+    with pytest.raises(api_errors.Conflict):
+        world.reconciler.reconcile(Request(NS, "r"))
+    world.api.refuse = None
+    world.reconcile()
+    assert world.served() == {"a": {"apiKey": "sk-2"}}

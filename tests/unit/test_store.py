@@ -48,6 +48,8 @@ def test_index_matches_a_full_scan(ops: list[tuple[str, str, str, list[str]]]) -
         assert {id(o) for o in store.items(ns)} == {
             id(o) for o in store.items() if o["metadata"]["namespace"] == ns
         }
+    for index in store._indices.values():  # a value's lone key is held without a set
+        assert all(isinstance(keys, str) or len(keys) >= 2 for keys in index.values())
 
 
 def test_replace_reports_upserts_and_deletions_in_scope_only() -> None:

@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from kubernetes.client import ApiClient, Configuration
 
-from controllers.reconcilers import api, secretviews, tokens
+from controllers.reconcilers import api, echoes, secretviews, tokens
 from controllers.runtime import client as clients
 from controllers.runtime import errors, objects
 from controllers.runtime.cache import FullObjectReader
@@ -135,16 +135,16 @@ def owner(kind: str, name: str, *, controller: bool = True, version: str = api.A
 
 
 @pytest.mark.parametrize(
-    ("obj", "keeps_data"),
+    ("obj", "keeps"),
     [
-        (secret("rotator-bsp-p", owner("BackendSecurityPolicy", "p")), True),
-        (secret("rotator-route-r", owner("Route", "r")), True),
-        (secret("junk", owner("BackendSecurityPolicy", "p")), False),
-        (secret("rotator-bsp-q", owner("BackendSecurityPolicy", "p")), False),
-        (secret("rotator-bsp-p", owner("Route", "p")), False),
-        (secret("rotator-bsp-p", owner("BackendSecurityPolicy", "p", controller=False)), False),
-        (secret("rotator-bsp-p", owner("BackendSecurityPolicy", "p", version="x/v1")), False),
-        (secret("rotator-bsp-p"), False),
+        (secret("rotator-bsp-p", owner("BackendSecurityPolicy", "p")), "data"),
+        (secret("rotator-route-r", owner("Route", "r")), secretviews.DATA_DIGEST),
+        (secret("junk", owner("BackendSecurityPolicy", "p")), None),
+        (secret("rotator-bsp-q", owner("BackendSecurityPolicy", "p")), None),
+        (secret("rotator-bsp-p", owner("Route", "p")), None),
+        (secret("rotator-bsp-p", owner("BackendSecurityPolicy", "p", controller=False)), None),
+        (secret("rotator-bsp-p", owner("BackendSecurityPolicy", "p", version="x/v1")), None),
+        (secret("rotator-bsp-p"), None),
     ],
     ids=[
         "derived",
@@ -158,14 +158,37 @@ def owner(kind: str, name: str, *, controller: bool = True, version: str = api.A
     ],
 )
 def test_the_managed_view_keeps_data_only_of_secrets_rotator_writes(
-    obj: dict[str, Any], keeps_data: bool
+    obj: dict[str, Any], keeps: str | None
 ) -> None:
+    """A derived Secret keeps its data (the route renderer reads it), a route config a digest of
+    it (only compared), any other labelled Secret neither."""
     kept = secretviews.managed(obj)
-    assert ("data" in kept) is keeps_data
+    assert [k for k in ("data", secretviews.DATA_DIGEST) if k in kept] == ([keeps] if keeps else [])
     assert kept["metadata"]["resourceVersion"] == "7"
     assert "managedFields" not in kept["metadata"]
-    if not keeps_data:
+    if keeps is None:
         assert "annotations" not in kept["metadata"]
+
+
+def test_a_cached_route_config_holds_exactly_the_data_it_was_written_with() -> None:
+    kept = secretviews.managed(secret("rotator-route-r", owner("Route", "r")))
+    assert secretviews.holds_data(kept, {"k": "djE="})
+    assert not secretviews.holds_data(kept, {"k": "djI="})
+    assert not secretviews.holds_data(kept, {"k": "djE=", "other": ""})
+    assert not secretviews.holds_data(kept, {})
+    derived = secretviews.managed(secret("rotator-bsp-p", owner("BackendSecurityPolicy", "p")))
+    assert secretviews.holds_data(derived, {"k": "djE="})
+    assert not secretviews.holds_data(derived, {"k": "djI="})
+
+
+def test_a_route_configs_own_write_is_told_by_its_digest_and_an_edit_is_not() -> None:
+    written = secret("rotator-route-r", owner("Route", "r"))
+    desired = {"metadata": dict(written["metadata"]), "data": dict(written["data"])}
+    writes = echoes.OwnWrites()
+    writes.expect(desired)
+    edited = secretviews.managed({**written, "data": {"k": "ZWRpdGVk"}})
+    assert writes.not_echo(None, edited), "someone else's content reconciles"
+    assert not writes.not_echo(None, secretviews.managed(written)), "the echo is skipped"
 
 
 def test_the_all_secrets_view_keeps_identity_only() -> None:
@@ -205,6 +228,17 @@ def test_the_body_reader_is_bounded_in_bytes_not_entries() -> None:
     assert full.cached_bytes > 800_000  # the budget is used, not a count
     full.get("t", "s49")
     assert bodies.gets == 50  # the newest body is served from memory
+
+
+def test_each_body_read_is_the_callers_own() -> None:
+    full, bodies = reader(size=10, names=1, max_bytes=1_000_000)
+    first = full.get("t", "s0")
+    assert first is not None
+    first["data"]["v"] = "changed"
+    again = full.get("t", "s0")
+    assert bodies.gets == 1, "served from memory"
+    assert again is not None
+    assert again["data"]["v"] == "x" * 10
 
 
 def test_the_body_reader_does_not_keep_a_body_over_a_quarter_of_its_budget() -> None:

@@ -1,0 +1,110 @@
+"""What every informer does last to each object it caches (``informer.compact``): the same
+object, sharing the keys and strings that cached objects repeat, in less memory."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from controllers.runtime.informer import compact
+
+ROUTE = {
+    "apiVersion": "rotator.dev/v1alpha1",
+    "kind": "Route",
+    "metadata": {
+        "name": "r-00000",
+        "namespace": "chains-000",
+        "uid": "27aadd64-a5d1-4169-adcb-15b787a0ea95",
+        "resourceVersion": "9284",
+        "generation": 1,
+        "creationTimestamp": "2026-11-30T09:55:23Z",
+    },
+    "spec": {
+        "rules": [
+            {
+                "backendRefs": [{"name": "b-00000", "priority": 0, "weight": 1}],
+                "matches": [{"modelName": "gpt-4o"}],
+            }
+        ]
+    },
+    "status": {
+        "conditions": [
+            {
+                "lastTransitionTime": "2026-11-30T09:55:49Z",
+                "message": message,
+                "observedGeneration": 1,
+                "reason": kind,
+                "status": "True",
+                "type": kind,
+            }
+            for kind, message in [
+                ("Accepted", "the spec is valid"),
+                ("ResolvedRefs", "every backend and its credentials resolved"),
+                ("Programmed", "configuration in Secret rotator-route-r-00000"),
+            ]
+        ],
+        "empty": [],
+        "flag": False,
+        "nothing": None,
+    },
+}
+
+
+def decoded(obj: dict[str, Any]) -> dict[str, Any]:
+    """``obj`` as a watch event brings it: decoded on its own, sharing nothing."""
+    return json.loads(json.dumps(obj))  # type: ignore[no-any-return]
+
+
+def test_a_compacted_object_equals_the_decoded_one() -> None:
+    assert compact(decoded(ROUTE)) == ROUTE
+
+
+def test_objects_decoded_apart_share_their_keys_and_strings_once_compacted() -> None:
+    one, two = compact(decoded(ROUTE)), compact(decoded(ROUTE))
+    first, second = one["status"]["conditions"][0], two["status"]["conditions"][0]
+    assert first["lastTransitionTime"] is second["lastTransitionTime"]
+    assert [id(k) for k in first] == [id(k) for k in second]
+    assert one["metadata"]["namespace"] is two["metadata"]["namespace"]
+    raw_one, raw_two = decoded(ROUTE), decoded(ROUTE)  # positive control: decoding shares none
+    assert raw_one["metadata"]["namespace"] is not raw_two["metadata"]["namespace"]
+
+
+def test_a_secret_payload_is_left_alone() -> None:
+    secret = decoded({"metadata": {"name": "s"}, "data": {"apiKey": "c2stc2NhbGU="}})
+    value = secret["data"]["apiKey"]
+    kept = compact(secret)
+    assert kept["data"]["apiKey"] is value, "not interned: unique, possibly large, and secret"
+    assert kept == secret
+
+
+def test_lists_keep_no_spare_room() -> None:
+    decoded_list = json.loads('[{"a": 1}]')
+    assert sys.getsizeof(compact({"l": decoded_list})["l"]) < sys.getsizeof(decoded_list)
+
+
+def held(objects: list[Any]) -> int:
+    """Bytes of every distinct object reachable from ``objects`` (what they hold together)."""
+    seen: set[int] = set()
+    size, stack = 0, list(objects)
+    while stack:
+        obj = stack.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        size += sys.getsizeof(obj)
+        if isinstance(obj, dict):
+            stack.extend(obj.keys())
+            stack.extend(obj.values())
+        elif isinstance(obj, list):
+            stack.extend(obj)
+    return size
+
+
+def test_compacted_routes_take_at_most_two_thirds_of_the_memory_of_decoded_ones() -> None:
+    """What an informer holds of 300 routes that arrived in 300 watch events (measured: 49 %;
+    the interning table's own entries are not counted)."""
+    events = [json.dumps(ROUTE).replace("00000", f"{i:05d}") for i in range(300)]
+    plain = [json.loads(e) for e in events]
+    compacted = [compact(json.loads(e)) for e in events]
+    assert held(compacted) <= held(plain) * 2 / 3, (held(compacted), held(plain))
