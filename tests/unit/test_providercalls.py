@@ -429,3 +429,16 @@ def test_azure_errors_carry_their_code(
     assert str(raised.value) == f"Azure AD ClientSecret failed: {code}"
     assert SECRET not in str(raised.value)
     assert observed.calls == [("azure-ad", "ClientSecret", code)]
+
+
+@pytest.mark.parametrize(
+    "email",
+    ["a/../b@x", "a@x/..", "a%2F@x", "a@x?y", "a@x#y", "a\\b@x", "no-at-sign", "a@x\x00", ""],
+)
+def test_an_impersonated_email_that_could_leave_its_path_segment_is_refused(email: str) -> None:
+    """The email becomes a path segment of the IAM URL: refused in code, whatever admission let
+    through. Mutation caught: building the URL without the check."""
+    with pytest.raises(errors.InvalidInput, match="must be an email"):
+        gcp_common.impersonation_url(gcp_common.Endpoints(), email)
+    ok = gcp_common.impersonation_url(gcp_common.Endpoints(), "sa@p.iam.gserviceaccount.com")
+    assert ok.endswith("/serviceAccounts/sa@p.iam.gserviceaccount.com:generateAccessToken")

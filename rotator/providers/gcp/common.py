@@ -16,7 +16,7 @@ import google.auth.exceptions
 import google.auth.transport.requests
 import requests
 
-from rotator import providercalls
+from rotator import errors, providercalls
 from rotator.observe import Observer
 from rotator.providercalls import Failure, ProviderCalls
 
@@ -49,8 +49,22 @@ class Endpoints:
     """Replaces the ``token_uri`` of service-account keys when set."""
 
 
+_EMAIL = re.compile(r"[^@/?#%\\\s]+@[^@/?#%\\\s]+")
+"""A service account's email as it may stand in a URL path: the CRD's pattern, and no ``%``
+or ``\\`` either (an escaped ``/`` must not reach the path)."""
+
+
 def impersonation_url(endpoints: Endpoints, service_account: str) -> str:
-    """IAM credentials ``generateAccessToken`` of ``service_account`` (an email)."""
+    """IAM credentials ``generateAccessToken`` of ``service_account`` (an email).
+
+    The email is user input that becomes a path segment: checked here too, not only by the
+    CRD's pattern, so an object admitted without it (an older CRD) still cannot steer the
+    request to another path (the REST client's ``path_segment`` rule, for Google's API)."""
+    if not _EMAIL.fullmatch(service_account) or any(ord(c) < 32 for c in service_account):
+        raise errors.InvalidInput(
+            "the service account to impersonate must be an email (name@project.iam"
+            ".gserviceaccount.com) with no '/', '?', '#', '%' or '\\'"
+        )
     return (
         f"{endpoints.iam_credentials_url.rstrip('/')}/v1/projects/-/serviceAccounts/"
         f"{service_account}:generateAccessToken"
