@@ -411,7 +411,13 @@ class PolicyReconciler:
             expires_at=credential.expires_at,
             renews_at=due,
         )
-        return Result(requeue_after=max(0.001, due - now)) if due is not None else Result()
+        if due is None:
+            return Result()
+        # From the clock as the reconcile ends, not from ``now`` (its start): the queue counts
+        # ``requeue_after`` from the return, so a delay computed at the start would fire late
+        # by the reconcile's own duration (the provider call and the writes, ~0.1 s; up to the
+        # deadline). Nothing re-runs the policy to correct it: its own writes' events are echoes.
+        return Result(requeue_after=max(0.001, due - self._clock.now()))
 
     def _failed(
         self, policy: api.Policy, exc: errors.CredentialError, ctx: SourceContext

@@ -112,7 +112,8 @@ class RouteReconciler:
             event_types=(api.RESOLVED_REFS, api.PROGRAMMED),
             drop=rollout.drop,
         )
-        waits = [max(0.0, min(expiries) - now) + 0.001] if expiries else []
+        # counted from the clock as the reconcile ends: the queue counts the delay from the return
+        waits = [max(0.0, min(expiries) - self._clock.now()) + 0.001] if expiries else []
         if rollout.requeue_after is not None:
             waits.append(rollout.requeue_after)
         return Result(requeue_after=min(waits)) if waits else Result()

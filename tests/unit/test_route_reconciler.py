@@ -367,6 +367,26 @@ def test_expired_credentials_are_left_out_and_valid_ones_set_the_timer(world: Wo
     assert result.requeue_after == pytest.approx(60.001), "run again when the first one expires"
 
 
+def test_the_expiry_timer_counts_from_the_end_of_the_reconcile(world: World) -> None:
+    """The queue counts ``requeue_after`` from the return: writes that took 2 s leave 58 s to
+    the expiry, not 60. Mutation caught: the delay computed from the reconcile's start (the
+    expired credential then stayed in the configuration for as long as the writes took)."""
+    world.chain(
+        "soon", {"apiKey": b"sk-soon"}, {api.EXPIRATION_ANNOTATION: clocks.rfc3339(NOW + 60)}
+    )
+    world.route("soon")
+    patch = world.api.patch
+
+    def slow_patch(*args: Any, **kwargs: Any) -> Any:
+        world.clock.advance(1)
+        return patch(*args, **kwargs)
+
+    world.api.patch = slow_patch  # type: ignore[method-assign]
+    result = world.reconciler.reconcile(Request(NS, "r"))
+    assert result.requeue_after == pytest.approx(60.001 - (world.clock.now() - NOW))
+    assert world.clock.now() > NOW, "the writes took time"
+
+
 def test_with_several_problems_the_first_backend_by_name_gives_the_reason(world: World) -> None:
     world.chain("b-broken", {"apiKey": BAD})
     world.route("c-absent", "b-broken")
