@@ -48,9 +48,10 @@ ISSUED_AT_ANNOTATION = "rotator.dev/issued-at"
 SPEC_HASH_ANNOTATION = "rotator.dev/spec-hash"
 """Hash of the credential part of the spec the credential was minted (or copied) for."""
 SOURCE_VERSION_ANNOTATION = "rotator.dev/source-version"
-"""On a copied credential (API key, AWS credentials file): ``<uid>/<resourceVersion>`` of each
-Secret it was copied from, comma-separated in the order the spec names them. While the metadata
-cache shows the same versions the copy is current, and the source is not read again."""
+"""On a copied credential (API key, AWS credentials file): the resourceVersion of each Secret it
+was copied from, comma-separated in the order the spec names them (earlier versions wrote
+``<uid>/<resourceVersion>`` each; still read). While the metadata cache shows the same versions
+the copy is current, and the source is not read again."""
 ANSWERED_REQUEST_ANNOTATION = "rotator.dev/answered-rotate-request"
 """The ``rotate-requested-at`` value the credential was minted in answer to."""
 STATE_ANNOTATION_PREFIX = "state.rotator.dev/"

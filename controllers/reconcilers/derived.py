@@ -50,11 +50,22 @@ def spec_hash(spec: api.PolicySpec) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def source_version(versions: Iterable[tuple[str, str]]) -> str:
-    """The ``rotator.dev/source-version`` value for the ``(uid, resourceVersion)`` of each source
-    Secret, in the order the spec names them: equal exactly when every source is the same
-    object at the same version (a Secret deleted and created again has another uid)."""
-    return ",".join(f"{uid}/{version}" for uid, version in versions)
+def source_version(versions: Iterable[str]) -> str:
+    """The ``rotator.dev/source-version`` value for the resourceVersion of each source Secret, in
+    the order the spec names them: equal exactly when every source is at the same version.
+
+    The resourceVersion alone suffices: the API server gives every write of every object a new
+    one (a Secret deleted and created again under its name too), and the Secret's name is fixed
+    by the spec, whose hash the derived Secret also records. So the all-Secrets metadata cache
+    keeps no uids (85 bytes per Secret in the cluster)."""
+    return ",".join(versions)
+
+
+def recorded_versions(annotation: str) -> str:
+    """A ``source-version`` annotation as :func:`source_version` writes it now: one written
+    before (``<uid>/<resourceVersion>`` each) reads as its resourceVersions, so an upgrade reads
+    no source again."""
+    return ",".join(part.rsplit("/", 1)[-1] for part in annotation.split(","))
 
 
 def build(

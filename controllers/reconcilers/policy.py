@@ -82,7 +82,7 @@ class PolicyReconciler:
         self._policies = policies
         self._managed = managed_secrets
         self._secrets = secrets
-        self._secret_versions = secret_versions  # uid and resourceVersion of every Secret
+        self._secret_versions = secret_versions  # the resourceVersion of every Secret
         self._sources = sources
         self._recorder = recorder
         self._metrics = metrics
@@ -157,9 +157,10 @@ class PolicyReconciler:
             cached = self._secret_versions.get(key)
             if cached is None:
                 return False  # gone: the copy path says SecretNotFound, without a read
-            md = objects.meta(cached)
-            versions.append((md.get("uid", ""), md.get("resourceVersion", "")))
-        return bool(versions) and served.source_version == derived.source_version(versions)
+            versions.append(objects.meta(cached).get("resourceVersion", ""))
+        return bool(versions) and derived.recorded_versions(
+            served.source_version
+        ) == derived.source_version(versions)
 
     def _refresh(
         self,
@@ -615,14 +616,14 @@ class SourceReads:
     def __init__(self, secrets: FullObjectReader, namespace: str) -> None:
         self._secrets = secrets
         self._namespace = namespace
-        self.versions: dict[str, tuple[str, str]] = {}
+        self.versions: dict[str, str] = {}
 
     def __call__(self, name: str) -> Mapping[str, str] | None:
         secret = self._secrets.get(self._namespace, name)
         if secret is None:
             return None
         md = objects.meta(secret)
-        self.versions[name] = (md.get("uid", ""), md.get("resourceVersion", ""))
+        self.versions[name] = md.get("resourceVersion", "")
         return dict(secret.get("data") or {})
 
     def source_version(self, names: list[str]) -> str | None:

@@ -5,8 +5,10 @@ Anyone who can create a Secret decides what it holds and how it is labelled, so 
 nor a size may make rotator cache it. The caches are trimmed on the way in (controller-runtime's
 informer ``Transform``):
 
-- every Secret (metadata-only watch): name, namespace, uid, resourceVersion — enough to map a
-  change to the policies that reference it and to tell whether a fetched body is current;
+- every Secret (metadata-only watch): name, namespace and resourceVersion — enough to map a
+  change to the policies that reference it, to tell whether a fetched body is current, and
+  whether a copy is (``rotator.dev/source-version`` records resourceVersions only, so no uid is
+  kept of the tens of thousands of Secrets a cluster may hold);
 - Secrets labelled ``app.kubernetes.io/managed-by=rotator``: the data only of a Secret that a
   policy or a route owns as its controller *and* that bears the name rotator gives it
   (``rotator-bsp-<policy>``, ``rotator-route-<route>``) — at most one per rotator object, so the
@@ -43,6 +45,7 @@ MANAGED_PAGE_SIZE = 50
 be 1 MiB, so a page is at most ~70 MiB of transient memory however the labels are abused."""
 
 _IDENTITY = ("name", "namespace", "uid", "resourceVersion")
+_VERSION = ("name", "namespace", "resourceVersion")
 _NAMES = {
     "BackendSecurityPolicy": api.derived_secret_name,
     "Route": api.route_config_secret_name,
@@ -82,7 +85,7 @@ def owned_by_rotator(secret: Mapping[str, Any]) -> bool:
 def identity_only(secret: Body) -> Body:
     """The transform of the all-Secrets metadata view."""
     md = objects.meta(secret)
-    return {"metadata": {k: md[k] for k in _IDENTITY if k in md}}  # type: ignore[literal-required]
+    return {"metadata": {k: md[k] for k in _VERSION if k in md}}  # type: ignore[literal-required]
 
 
 def managed(secret: Body) -> Body:

@@ -15,7 +15,8 @@ not request watch bookmarks. This module keeps client-go's reflector semantics i
   Large, never-read fields are dropped on the way in (``managedFields`` and the
   ``last-applied-configuration`` annotation, which for a Secret holds its data), a caller's
   ``transform`` keeps only what its reconcilers read (controller-runtime's cache transforms), and
-  :func:`compact` makes what is kept share the keys and strings cached objects repeat.
+  a :class:`~.compaction.Compactor` makes what is kept share the keys, strings and key tables
+  cached objects repeat.
 * ``has_synced()`` is true once every namespace's first list is stored and handed to handlers.
 
 Handlers run on the informer's threads and must be quick (they enqueue keys).
@@ -24,7 +25,6 @@ Handlers run on the informer's threads and must be quick (they enqueue keys).
 from __future__ import annotations
 
 import random
-import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -35,6 +35,7 @@ import structlog
 from controllers.runtime import backoff as backoffs
 from controllers.runtime import client as clients
 from controllers.runtime import errors, objects
+from controllers.runtime.compaction import Compactor
 from controllers.runtime.objects import Body, Resource
 from controllers.runtime.store import IndexFunc, Store
 
@@ -68,67 +69,6 @@ class InformerOptions:
     """Server-side watch timeout, drawn from this range per request. Defaults to 5-10 minutes."""
     backoff_initial: float = 0.8
     backoff_cap: float = 30.0
-
-
-PAYLOAD_FIELDS = frozenset({"data", "binaryData", "stringData"})
-"""Top-level fields whose values :func:`compact` leaves alone: a Secret's or ConfigMap's payload,
-unique per object (nothing to share), possibly large, and not to be kept in a process-wide table."""
-
-UNSHARED_FIELDS = frozenset({"resourceVersion"})
-"""Fields whose string values :func:`compact` does not intern: unique to each version of each
-object, so an interned copy would only add its entry in the interning table (~35 bytes)."""
-
-
-def compact(obj: Body) -> Body:
-    """``obj`` rebuilt to share what cached objects repeat: the last step of every informer's
-    transform, after the caller's (which decides what is kept; this decides only how).
-
-    A watch event is decoded on its own, so every cached object came with its own copy of every
-    key (``"lastTransitionTime"`` is 67 bytes, in each condition of each object) and of every
-    value that objects repeat: namespaces, apiVersions and kinds, condition types, reasons and
-    messages, timestamps written in the same second, and the names and uids one object uses to
-    refer to another (a policy's ``targetRefs`` name is its backend's name, a derived Secret's
-    owner uid is its policy's uid). Every key and string is interned (``sys.intern``: a string
-    seen before is replaced by the one already held; an interned string is freed as usual once
-    nothing holds it), but the values of :data:`PAYLOAD_FIELDS` and :data:`UNSHARED_FIELDS`.
-    Lists are copied to their exact length (a decoded list keeps the spare room it grew with).
-    The result equals ``obj``; only its memory differs.
-
-    Cached bodies of one API-key chain (its six objects, three of them Secrets also in the
-    metadata view), each from its own watch event: 21.4 KB before, 12.4 KB after (the interning
-    table's entries included; tests/unit/test_informer_compact.py measures a route). Containers
-    are now most of it: 43 dicts of 184 or 272 bytes, 8.8 KB.
-    """
-    return {
-        _intern(k): (
-            {_intern(name): data for name, data in v.items()}
-            if k in PAYLOAD_FIELDS and type(v) is dict
-            else _shared(v)
-        )
-        for k, v in obj.items()
-    }
-
-
-_intern = sys.intern
-
-
-def _shared(value: Any) -> Any:
-    kind = type(value)  # exact types: decoded JSON has no subclasses, and this runs per field
-    if kind is str:
-        return _intern(value)
-    if kind is dict:
-        return {
-            _intern(k): v
-            if k in UNSHARED_FIELDS
-            else (_intern(v) if type(v) is str else _shared(v))
-            for k, v in value.items()
-        }
-    if kind is list:
-        exact = value[:]  # a slice is allocated to its length; a decoded list is not
-        for i, item in enumerate(exact):
-            exact[i] = _shared(item)
-        return exact
-    return value
 
 
 def strip_never_read(obj: Body) -> Body:
@@ -170,6 +110,7 @@ class Informer:
         )
         self._label_selector = label_selector
         self._field_selector = field_selector
+        compact = Compactor()
         self._transform: Transform = (
             (lambda obj: compact(strip_never_read(obj)))
             if transform is None

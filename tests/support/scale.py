@@ -46,6 +46,8 @@ rate is compared with."""
 
 CONTROLLER_ARGS = ("--log-level", "info")
 """``rotator run`` as deployed: the test harness's debug logging would cost CPU at scale."""
+CONTROLLER_ENV = {"MALLOC_ARENA_MAX": "2"}
+"""The environment the image sets (Dockerfile): memory is measured as deployed."""
 
 # --- the controller process, from /proc ------------------------------------------------------
 
@@ -243,7 +245,7 @@ def controller_process(
 ) -> ControllerProcess:
     """``rotator run`` as its ServiceAccount, logging at the deployed level."""
     kubeconfig = service_account_kubeconfig(control_plane, api, workdir / "kubeconfig")
-    return ControllerProcess(kubeconfig, workdir, args=CONTROLLER_ARGS)
+    return ControllerProcess(kubeconfig, workdir, args=CONTROLLER_ARGS, env=CONTROLLER_ENV)
 
 
 def reconciles(controller: ControllerProcess, name: str) -> float:

@@ -478,6 +478,18 @@ def test_a_copy_from_the_versions_the_cache_shows_reads_and_writes_nothing(
 ) -> None:
     """The no-op restart: 0 GETs. Mutation caught: the ``_copy_is_current`` shortcut removed
     (one GET, as before the annotation)."""
+    copy.serve("sk-1", copied_from="7")
+    copy.reconcile()
+    assert copy.api.gets == []
+    assert copy.api.derived_writes() == []
+
+
+def test_a_copy_recorded_with_uids_before_the_upgrade_reads_nothing_either(
+    copy: CopyWorld,
+) -> None:
+    """Annotations written before source versions dropped their uids (``<uid>/<rv>``) still
+    vouch for the copy: an upgrade's restart reads nothing. Mutation caught: comparing the
+    annotation as written (one GET per copy on the first restart after the upgrade)."""
     copy.serve("sk-1", copied_from="uid-key/7")
     copy.reconcile()
     assert copy.api.gets == []
@@ -487,13 +499,13 @@ def test_a_copy_from_the_versions_the_cache_shows_reads_and_writes_nothing(
 def test_a_source_at_another_version_is_read_once_and_recorded(copy: CopyWorld) -> None:
     """Mutation caught: recording the version the metadata cache shows instead of the one read
     (the server is at 9 already, the cache still at 8)."""
-    copy.serve("sk-1", copied_from="uid-key/7")
+    copy.serve("sk-1", copied_from="7")
     copy.source("sk-2", version="8")
     copy.api.bodies[NS, "key"]["metadata"]["resourceVersion"] = "9"
     copy.reconcile()
     assert copy.api.gets == [(NS, "key")]
     assert copy.written_key() == b"sk-2"
-    assert copy.written_version() == "uid-key/9"
+    assert copy.written_version() == "9"
 
 
 def test_a_derived_secret_without_the_annotation_is_read_once_then_annotated(
@@ -506,7 +518,7 @@ def test_a_derived_secret_without_the_annotation_is_read_once_then_annotated(
     written = copy.api.derived_writes()
     assert len(written) == 1
     assert written[0]["data"] == {"apiKey": base64.b64encode(b"sk-1").decode()}, "no new data"
-    assert copy.written_version() == "uid-key/7"
+    assert copy.written_version() == "7"
     copy.managed.upsert({**written[0], "metadata": {**written[0]["metadata"]}})
     copy.reconcile()
     assert copy.api.gets == [(NS, "key")], "annotated: not read again"
@@ -515,7 +527,7 @@ def test_a_derived_secret_without_the_annotation_is_read_once_then_annotated(
 
 def test_an_edited_derived_secret_is_copied_again_despite_the_version(copy: CopyWorld) -> None:
     """The credential-hash check still holds. Mutation caught: ``served.intact`` not checked."""
-    copy.serve("sk-1", copied_from="uid-key/7")
+    copy.serve("sk-1", copied_from="7")
     secret = dict(copy.managed.get(objects.make_key(NS, api.derived_secret_name("p"))) or {})
     secret["data"] = {"apiKey": base64.b64encode(b"edited-by-hand").decode()}
     copy.managed.upsert(secret)
@@ -527,7 +539,7 @@ def test_an_edited_derived_secret_is_copied_again_despite_the_version(copy: Copy
 def test_a_changed_credential_spec_is_copied_again_despite_the_version(copy: CopyWorld) -> None:
     """Same Secret, same version, another key in it. Mutation caught: the spec hash not
     compared."""
-    copy.serve("sk-1", copied_from="uid-key/7")
+    copy.serve("sk-1", copied_from="7")
     copy.api.bodies[NS, "key"]["data"]["other"] = base64.b64encode(b"sk-other").decode()
     copy.policy["spec"]["apiKey"]["secretRef"]["key"] = "other"
     copy.policies.upsert(copy.policy)
@@ -542,7 +554,7 @@ def test_a_secret_of_that_name_in_another_namespace_does_not_vouch_for_the_copy(
     """Tenancy: only the policy's own namespace counts. Here the policy's Secret is gone and
     another namespace has one of the same name at the recorded version: SecretNotFound, no
     read of either."""
-    copy.serve("sk-1", copied_from="uid-key/7")
+    copy.serve("sk-1", copied_from="7")
     copy.versions.delete(objects.make_key(NS, "key"))
     del copy.api.bodies[NS, "key"]
     copy.source("sk-elsewhere", version="7", namespace="other")
@@ -555,14 +567,14 @@ def test_a_secret_of_that_name_in_another_namespace_does_not_vouch_for_the_copy(
 
 
 def test_a_copy_with_edited_metadata_is_repaired_without_a_read(copy: CopyWorld) -> None:
-    copy.serve("sk-1", copied_from="uid-key/7")
+    copy.serve("sk-1", copied_from="7")
     secret = dict(copy.managed.get(objects.make_key(NS, api.derived_secret_name("p"))) or {})
     secret["metadata"] = {**secret["metadata"], "ownerReferences": []}
     copy.managed.upsert(secret)
     copy.reconcile()
     assert copy.api.gets == []
     assert len(copy.api.derived_writes()) == 1
-    assert copy.written_version() == "uid-key/7"
+    assert copy.written_version() == "7"
 
 
 def test_a_minted_credential_not_due_reads_no_secret_after_a_restart() -> None:
