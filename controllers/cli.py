@@ -41,8 +41,8 @@ from controllers.runtime import clock as clocks
 from controllers.runtime import leaderelection, manager, restconfig, tlsserving
 from controllers.runtime import metrics as metric_families
 from controllers.runtime.informer import InformerOptions
-from rotator.providers import azure
-from rotator.providers.gcp import common as gcp_common
+from rotator.providers import azure_endpoints
+from rotator.providers.gcp.endpoints import Endpoints as GCPEndpoints
 
 log = structlog.get_logger("rotator")
 
@@ -120,7 +120,7 @@ def _add_run_flags(p: argparse.ArgumentParser, *, with_kubeconfig: bool = True) 
         default=300.0,
         help="seconds a replaced IAM access key stays valid before deletion (default 300)",
     )
-    gcp = gcp_common.Endpoints()
+    gcp = GCPEndpoints()
     p.add_argument(
         "--gcp-sts-endpoint",
         default=os.environ.get("ROTATOR_GCP_STS_ENDPOINT", gcp.sts_url),
@@ -139,9 +139,9 @@ def _add_run_flags(p: argparse.ArgumentParser, *, with_kubeconfig: bool = True) 
     )
     p.add_argument(
         "--azure-authority-host",
-        default=os.environ.get("ROTATOR_AZURE_AUTHORITY_HOST", azure.DEFAULT_AUTHORITY),
+        default=os.environ.get("ROTATOR_AZURE_AUTHORITY_HOST", azure_endpoints.DEFAULT_AUTHORITY),
         help="Azure AD authority host (env ROTATOR_AZURE_AUTHORITY_HOST; "
-        f"default {azure.DEFAULT_AUTHORITY})",
+        f"default {azure_endpoints.DEFAULT_AUTHORITY})",
     )
     p.add_argument(
         "--allow-insecure-oidc-issuers",
@@ -328,7 +328,7 @@ def _run(
         options=setup.ChainOptions(
             workers=args.workers,
             iam_key_grace_period=args.iam_key_grace_period,
-            gcp_endpoints=gcp_common.Endpoints(
+            gcp_endpoints=GCPEndpoints(
                 sts_url=args.gcp_sts_endpoint,
                 iam_credentials_url=args.gcp_iam_credentials_endpoint,
                 token_uri=args.gcp_token_uri,

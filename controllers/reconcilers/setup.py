@@ -30,9 +30,13 @@ from controllers.reconcilers import api, conditions, crviews, echoes, indexes, s
 from controllers.reconcilers.backend import BackendReconciler
 from controllers.reconcilers.credentialsources import CredentialSource
 from controllers.reconcilers.credentialsources.apikey import APIKeySource
-from controllers.reconcilers.credentialsources.aws import AWSCredentialsSource
-from controllers.reconcilers.credentialsources.azure import AzureCredentialsSource
-from controllers.reconcilers.credentialsources.gcp import GCPCredentialsSource
+from controllers.reconcilers.credentialsources.aws import AWSCredentialsSource, lazy_clients
+from controllers.reconcilers.credentialsources.azure import AzureCredentialsSource, lazy_azure
+from controllers.reconcilers.credentialsources.gcp import (
+    GCPCredentialsSource,
+    lazy_application_default,
+    lazy_transport,
+)
 from controllers.reconcilers.metrics import CredentialMetrics
 from controllers.reconcilers.policy import PolicyReconciler
 from controllers.reconcilers.route import RouteReconciler
@@ -45,10 +49,8 @@ from controllers.runtime.manager import Manager
 from controllers.runtime.objects import Body
 from controllers.runtime.reconcile import Request
 from rotator import oidc
-from rotator.providers import azure
-from rotator.providers.aws import clients as aws_clients
-from rotator.providers.gcp import adc as gcp_adc
-from rotator.providers.gcp import common as gcp_common
+from rotator.providers import azure_endpoints
+from rotator.providers.gcp.endpoints import Endpoints as GCPEndpoints
 
 
 @dataclass(frozen=True)
@@ -62,9 +64,9 @@ class ChainOptions:
     hanging provider holds at most this many policy workers). Defaults to 4."""
     iam_key_grace_period: float = 300.0
     """Seconds a replaced IAM access key stays valid before rotator deletes it. Defaults to 300."""
-    gcp_endpoints: gcp_common.Endpoints = field(default_factory=gcp_common.Endpoints)
+    gcp_endpoints: GCPEndpoints = field(default_factory=GCPEndpoints)
     """Google STS, IAM credentials and OAuth token endpoints. Defaults to Google's."""
-    azure_authority_host: str = azure.DEFAULT_AUTHORITY
+    azure_authority_host: str = azure_endpoints.DEFAULT_AUTHORITY
     """Azure AD authority host. Defaults to login.microsoftonline.com."""
     allow_insecure_oidc_issuers: bool = False
     """Accept ``http://`` OIDC issuers (client secrets in clear): local development only.
@@ -126,7 +128,9 @@ def _summary(condition: api.Condition | None) -> tuple[str, str] | None:
 def credential_sources(
     mgr: Manager, metrics: CredentialMetrics, options: ChainOptions
 ) -> dict[str, CredentialSource]:
-    """One source per policy type, with the provider clients they share."""
+    """One source per policy type, with the provider clients they share — each cloud's built,
+    and its SDK imported, when the first policy that calls that cloud is reconciled
+    (credentialsources.lazy): never at start-up."""
     concurrency = options.provider_concurrency
     tokens = oidc.TokenSource(
         observer=metrics,
@@ -137,22 +141,22 @@ def credential_sources(
     return {
         "APIKey": APIKeySource(),
         "AWSCredentials": AWSCredentialsSource(
-            clients=aws_clients.Clients(metrics, concurrency=concurrency),
+            clients=lazy_clients(metrics, concurrency=concurrency),
             tokens=tokens,
             service_accounts=service_accounts,
             iam_grace=options.iam_key_grace_period,
             identity_namespaces=options.controller_identity_namespaces,
         ),
         "GCPCredentials": GCPCredentialsSource(
-            transport=gcp_common.Transport(metrics, concurrency=concurrency),
+            transport=lazy_transport(metrics, concurrency=concurrency),
             endpoints=options.gcp_endpoints,
             tokens=tokens,
             service_accounts=service_accounts,
-            application_default=gcp_adc.ApplicationDefault(metrics, concurrency=concurrency),
+            application_default=lazy_application_default(metrics, concurrency=concurrency),
             controller_identity_namespaces=options.controller_identity_namespaces,
         ),
         "AzureCredentials": AzureCredentialsSource(
-            azure=azure.Azure(
+            azure=lazy_azure(
                 metrics, authority_host=options.azure_authority_host, concurrency=concurrency
             ),
             tokens=tokens,

@@ -1,7 +1,10 @@
 """Azure AD (Entra ID) access tokens through azure-identity: client credentials with a client
 secret, or with a client assertion (an OIDC or Kubernetes service-account token, federated), or
 the controller's own identity (:meth:`Azure.controller_identity`: workload or managed identity).
-Instance discovery is off: the authority host is the one configured, public cloud by default."""
+Instance discovery is off: the authority host is the one configured, public cloud by default.
+
+This module imports azure-identity (and MSAL): the controller loads it when the first Azure policy
+calls Azure AD (``controllers.reconcilers.credentialsources.azure``), never at start-up."""
 
 from __future__ import annotations
 
@@ -23,11 +26,11 @@ from rotator import errors, providercalls
 from rotator.credentials import Credential
 from rotator.observe import Observer
 from rotator.providercalls import Failure, ProviderCalls
+from rotator.providers.azure_endpoints import DEFAULT_AUTHORITY
 
 PROVIDER = "azure-ad"
 MANAGED_IDENTITY_PROVIDER = "azure-managed-identity"
 DATA_KEY = "azureAccessToken"
-DEFAULT_AUTHORITY = "login.microsoftonline.com"
 FEDERATED_TOKEN_FILE = "AZURE_FEDERATED_TOKEN_FILE"  # noqa: S105 - a variable name
 """Set in the controller's pod (by AKS's workload identity webhook, with ``AZURE_CLIENT_ID``,
 ``AZURE_TENANT_ID`` and ``AZURE_AUTHORITY_HOST``): the controller's identity is a workload

@@ -18,6 +18,7 @@ holding that user's key instead.
 from __future__ import annotations
 
 from collections.abc import Collection
+from typing import TYPE_CHECKING
 
 from controllers.reconcilers import api
 from controllers.reconcilers.credentialsources import (
@@ -28,34 +29,56 @@ from controllers.reconcilers.credentialsources import (
     check_controller_identity,
     oidc_client,
 )
+from controllers.reconcilers.credentialsources.lazy import Lazy
 from controllers.reconcilers.tokens import ServiceAccountTokens
 from rotator import durations, formats, oidc, schedule
 from rotator.credentials import Credential
+from rotator.observe import Observer
 from rotator.providers.aws import file as aws_file
 from rotator.providers.aws import iam, sts
-from rotator.providers.aws.clients import Clients
-from rotator.providers.aws.identity import ControllerIdentity
+
+if TYPE_CHECKING:  # they import boto3 and botocore: loaded by the first AWS call (lazy_clients)
+    from rotator.providers.aws.clients import Clients
+    from rotator.providers.aws.identity import ControllerIdentity
 
 CONTROLLER_IDENTITY_FIELD = "spec.awsCredentials.controllerIdentity"
+
+
+def lazy_clients(observer: Observer, *, concurrency: int) -> Lazy[Clients]:
+    """The boto3 clients of every AWS policy, made — and boto3 imported — when the first one
+    calls AWS: a policy that only copies a credentials file never does."""
+
+    def build() -> Clients:
+        from rotator.providers.aws.clients import Clients  # noqa: PLC0415 - boto3, on first use
+
+        return Clients(observer, concurrency=concurrency)
+
+    return Lazy(build)
 
 
 class AWSCredentialsSource(CredentialSource):
     def __init__(
         self,
         *,
-        clients: Clients,
+        clients: Clients | Lazy[Clients],
         tokens: oidc.TokenSource,
         service_accounts: ServiceAccountTokens,
         iam_grace: float = 300.0,
-        identity: ControllerIdentity | None = None,
+        identity: ControllerIdentity | Lazy[ControllerIdentity] | None = None,
         identity_namespaces: Collection[str] = frozenset(),
     ) -> None:
-        self._clients = clients
+        self._clients = Lazy.of(clients)
         self._tokens = tokens
         self._service_accounts = service_accounts
         self._iam_grace = iam_grace
-        self._identity = identity or ControllerIdentity(clients)
+        self._identity = Lazy.of(identity) if identity is not None else Lazy(self._own_identity)
         self._identity_namespaces = identity_namespaces  # --controller-identity-namespaces
+
+    def _own_identity(self) -> ControllerIdentity:
+        """botocore's default chain over the policies' clients (built on its first use)."""
+        from rotator.providers.aws.identity import ControllerIdentity  # noqa: PLC0415 - botocore
+
+        return ControllerIdentity(self._clients.get())
 
     def secret_refs(self, spec: api.PolicySpec) -> list[api.SecretRef]:
         aws = spec.get("awsCredentials")
@@ -81,9 +104,10 @@ class AWSCredentialsSource(CredentialSource):
             if "assumeRole" in aws:  # refused by the CRD; a spec from before the rule
                 raise UnsupportedSource("assumeRole cannot be chained on an iamAccessKey source")
             key = aws["iamAccessKey"]
+            admin = self._admin(ctx, key["secretRef"])
             return iam.rotate(
-                self._clients,
-                admin=self._admin(ctx, key["secretRef"]),
+                self._clients.get(),
+                admin=admin,
                 rotation=iam.KeyRotation(key["userName"], region, self._iam_grace),
                 current=ctx.current,
                 new_key_due=ctx.current is None or ctx.forced or ctx.now >= self._interval_due(ctx),
@@ -101,9 +125,8 @@ class AWSCredentialsSource(CredentialSource):
             )
         session = self._base(ctx, aws)
         if "assumeRole" in aws:
-            session = sts.assume_role(
-                self._clients, session, self._chained(ctx, aws["assumeRole"]), region=region
-            )
+            chained = self._chained(ctx, aws["assumeRole"])
+            session = sts.assume_role(self._clients.get(), session, chained, region=region)
         return sts.served(session, region=region)
 
     def _base(self, ctx: SourceContext, aws: api.AWSCredentialsSpec) -> sts.Session:
@@ -113,7 +136,7 @@ class AWSCredentialsSource(CredentialSource):
             check_controller_identity(self._identity_namespaces, ctx.namespace)  # before calls
             if "assumeRole" not in aws:  # refused by the CRD: never serve the controller's keys
                 raise UnsupportedSource(f"{CONTROLLER_IDENTITY_FIELD} needs assumeRole")
-            return self._identity.session()
+            return self._identity.get().session()
         if "credentialsFile" in aws:
             file = aws["credentialsFile"]
             ref = file["secretRef"]
@@ -158,14 +181,14 @@ class AWSCredentialsSource(CredentialSource):
 
     def release(self, ctx: SourceContext) -> None:
         if (keys := self._iam_keys(ctx)) is not None:
-            iam.release(self._clients, admin=keys[0], rotation=keys[1], current=ctx.current)
+            iam.release(self._clients.get(), admin=keys[0], rotation=keys[1], current=ctx.current)
 
     def idempotent(self, spec: api.PolicySpec) -> bool:
         return "iamAccessKey" not in spec.get("awsCredentials", {})
 
     def discard(self, ctx: SourceContext, minted: Credential) -> None:
         if (keys := self._iam_keys(ctx)) is not None:
-            iam.discard(self._clients, admin=keys[0], rotation=keys[1], minted=minted)
+            iam.discard(self._clients.get(), admin=keys[0], rotation=keys[1], minted=minted)
 
     def _iam_keys(self, ctx: SourceContext) -> tuple[formats.AWSKeys, iam.KeyRotation] | None:
         """The management identity and the rotation of an IAM key policy; None otherwise."""
@@ -197,7 +220,7 @@ class AWSCredentialsSource(CredentialSource):
         self, ctx: SourceContext, role_arn: str, duration: str, token: str, region: str
     ) -> sts.Session:
         return sts.web_identity_session(
-            self._clients,
+            self._clients.get(),
             role_arn=role_arn,
             session=sts.session_name(ctx.namespace, ctx.name),
             web_identity_token=token,

@@ -5,6 +5,7 @@ lists, :func:`~controllers.reconcilers.credentialsources.check_controller_identi
 from __future__ import annotations
 
 from collections.abc import Collection
+from typing import TYPE_CHECKING
 
 from controllers.reconcilers import api
 from controllers.reconcilers.credentialsources import (
@@ -13,22 +14,38 @@ from controllers.reconcilers.credentialsources import (
     check_controller_identity,
     oidc_client,
 )
+from controllers.reconcilers.credentialsources.lazy import Lazy
 from controllers.reconcilers.tokens import ServiceAccountTokens
 from rotator import oidc
 from rotator.credentials import Credential
-from rotator.providers.azure import Azure
+from rotator.observe import Observer
+
+if TYPE_CHECKING:  # it imports azure-identity and MSAL: loaded by the first Azure call
+    from rotator.providers.azure import Azure
+
+
+def lazy_azure(observer: Observer, *, authority_host: str, concurrency: int) -> Lazy[Azure]:
+    """The Azure AD client of every Azure policy, made — and azure-identity imported — when the
+    first one asks Azure AD for a token."""
+
+    def build() -> Azure:
+        from rotator.providers.azure import Azure  # noqa: PLC0415 - azure-identity, on first use
+
+        return Azure(observer, authority_host=authority_host, concurrency=concurrency)
+
+    return Lazy(build)
 
 
 class AzureCredentialsSource(CredentialSource):
     def __init__(
         self,
         *,
-        azure: Azure,
+        azure: Azure | Lazy[Azure],
         tokens: oidc.TokenSource,
         service_accounts: ServiceAccountTokens,
         controller_identity_namespaces: Collection[str] = frozenset(),
     ) -> None:
-        self._azure = azure
+        self._azure = Lazy.of(azure)
         self._tokens = tokens
         self._service_accounts = service_accounts
         self._controller_identity_namespaces = controller_identity_namespaces
@@ -52,14 +69,14 @@ class AzureCredentialsSource(CredentialSource):
         scope = azure["scope"]
         if "controllerIdentity" in azure:
             check_controller_identity(self._controller_identity_namespaces, ctx.namespace)
-            return self._azure.controller_identity(
+            return self._azure.get().controller_identity(
                 client_id=azure["controllerIdentity"].get("clientID"), scope=scope
             )
         # the CRD requires both with every other source
         tenant, client = azure["tenantID"], azure["clientID"]
         if "clientSecretRef" in azure:
             secret = ctx.secret_text(azure["clientSecretRef"])
-            return self._azure.with_secret(
+            return self._azure.get().with_secret(
                 tenant_id=tenant, client_id=client, client_secret=secret, scope=scope
             )
         if "oidcExchangeToken" in azure:
@@ -71,6 +88,6 @@ class AzureCredentialsSource(CredentialSource):
             assertion = self._service_accounts.token(
                 ctx.namespace, sa["serviceAccountName"], audience=sa["audience"], policy=ctx.name
             )
-        return self._azure.with_assertion(
+        return self._azure.get().with_assertion(
             tenant_id=tenant, client_id=client, assertion=assertion, scope=scope
         )

@@ -3,6 +3,11 @@ deadline, one observation) with botocore's errors classified here (:func:`classi
 
 Endpoints follow boto3's own configuration: ``AWS_ENDPOINT_URL_STS`` / ``AWS_ENDPOINT_URL_IAM``
 (or ``AWS_ENDPOINT_URL``) point rotator at private endpoints or, in tests, at moto.
+
+This module (and :mod:`~rotator.providers.aws.identity`) imports boto3 and botocore: the
+controller builds its :class:`Clients` when the first AWS policy calls AWS, never at start-up
+(``controllers.reconcilers.credentialsources.aws.lazy_clients``); the other AWS modules name
+:class:`Clients` for type checking only.
 """
 
 from __future__ import annotations

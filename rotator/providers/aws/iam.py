@@ -21,13 +21,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rotator import errors, formats
 from rotator.credentials import Credential
 from rotator.providers.aws import sts
-from rotator.providers.aws.clients import Clients
 from rotator.providers.aws.file import DATA_KEY
+
+if TYPE_CHECKING:  # boto3 loads with the clients, on the first AWS call
+    from rotator.providers.aws.clients import Clients
 
 PROVIDER = "aws-iam"
 PREVIOUS_KEY = "previous-access-key-id"

@@ -15,12 +15,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rotator import errors, formats
 from rotator.credentials import Credential
-from rotator.providers.aws.clients import Clients
 from rotator.providers.aws.file import DATA_KEY
+
+if TYPE_CHECKING:  # boto3 loads with the clients, on the first AWS call
+    from rotator.providers.aws.clients import Clients
 
 PROVIDER = "aws-sts"
 ASSUME_ROLE_FAILED = "AssumeRoleFailed"

@@ -1,6 +1,10 @@
 """What GCP providers share: endpoints, an HTTP transport with a timeout whose calls are fenced by
 :mod:`rotator.providercalls` (bulkhead, deadline, one observation), and google-auth's errors
-classified once (:func:`classify`: messages keep the OAuth error code, never a body)."""
+classified once (:func:`classify`: messages keep the OAuth error code, never a body).
+
+This module imports google-auth and requests: only the minting modules import it, and they load
+on the first GCP call. The endpoints live in :mod:`~rotator.providers.gcp.endpoints`, which
+imports no SDK (the composition root needs them at start-up), and are re-exported here."""
 
 from __future__ import annotations
 
@@ -8,7 +12,6 @@ import json
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -16,9 +19,24 @@ import google.auth.exceptions
 import google.auth.transport.requests
 import requests
 
-from rotator import errors, providercalls
+from rotator import providercalls
 from rotator.observe import Observer
 from rotator.providercalls import Failure, ProviderCalls
+from rotator.providers.gcp.endpoints import Endpoints, impersonation_url
+
+__all__ = [
+    "DATA_KEY",
+    "PROVIDER",
+    "SCOPES",
+    "TRANSIENT_CODES",
+    "Endpoints",
+    "TimedRequest",
+    "Transport",
+    "classify",
+    "expiry_timestamp",
+    "impersonation_url",
+    "oauth_code",
+]
 
 PROVIDER = "gcp"
 DATA_KEY = "gcpAccessToken"
@@ -37,38 +55,6 @@ TRANSIENT_CODES = frozenset(
 """Error codes worth retrying, compared in lower case (besides google-auth's ``retryable``)."""
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class Endpoints:
-    """Where the Google APIs are; overridable for private endpoints and tests."""
-
-    sts_url: str = "https://sts.googleapis.com/v1/token"
-    iam_credentials_url: str = "https://iamcredentials.googleapis.com"
-    token_uri: str | None = None
-    """Replaces the ``token_uri`` of service-account keys when set."""
-
-
-_EMAIL = re.compile(r"[^@/?#%\\\s]+@[^@/?#%\\\s]+")
-"""A service account's email as it may stand in a URL path: the CRD's pattern, and no ``%``
-or ``\\`` either (an escaped ``/`` must not reach the path)."""
-
-
-def impersonation_url(endpoints: Endpoints, service_account: str) -> str:
-    """IAM credentials ``generateAccessToken`` of ``service_account`` (an email).
-
-    The email is user input that becomes a path segment: checked here too, not only by the
-    CRD's pattern, so an object admitted without it (an older CRD) still cannot steer the
-    request to another path (the REST client's ``path_segment`` rule, for Google's API)."""
-    if not _EMAIL.fullmatch(service_account) or any(ord(c) < 32 for c in service_account):
-        raise errors.InvalidInput(
-            "the service account to impersonate must be an email (name@project.iam"
-            ".gserviceaccount.com) with no '/', '?', '#', '%' or '\\'"
-        )
-    return (
-        f"{endpoints.iam_credentials_url.rstrip('/')}/v1/projects/-/serviceAccounts/"
-        f"{service_account}:generateAccessToken"
-    )
 
 
 class TimedRequest(google.auth.transport.requests.Request):
