@@ -37,7 +37,7 @@ from controllers.runtime import client as clients
 from controllers.runtime import restconfig
 from rotator_devkit.controlplane import assets
 from rotator_devkit.controlplane.cluster import ControlPlaneOptions, LocalControlPlane
-from tests.support import audit, scale
+from tests.support import audit, profiling, scale
 from tests.support.polling import wait_for
 from tests.support.recording import percentile
 
@@ -104,6 +104,15 @@ def main() -> None:
     parser.add_argument("--updates", type=int, default=100, help="propagation samples")
     parser.add_argument("--threads", type=int, default=scale.THREADS)
     parser.add_argument("--timeout", type=float, default=3600, help="seconds per wait")
+    parser.add_argument(
+        "--workers", type=int, default=0, help="the controller's --workers (default: its own)"
+    )
+    parser.add_argument(
+        "--no-profile",
+        dest="profile",
+        action="store_false",
+        help="do not sample the controller with py-spy during the cold start and the restart",
+    )
     args = parser.parse_args()
     logs.configure("text", "warning")
     workdir = Path(tempfile.mkdtemp(prefix="rotator-bench-"))
@@ -118,10 +127,24 @@ def main() -> None:
         print(f"created {args.unrelated} unrelated Secrets in {noise.seconds:.1f} s", flush=True)
         routes = scale.RouteConfigs(api).start()
         log = audit.AuditLog(cp.audit_log)
-        controller = scale.controller_process(cp, api, workdir)
+        controller = scale.controller_process(
+            cp, api, workdir, [f"--workers={args.workers}"] if args.workers else []
+        )
 
         mark = log.mark()
-        cold = scale.cold_start(controller, routes, fleet, timeout=args.timeout)
+        cp_cpu_before = scale.control_plane_cpu(cp)
+        samplers: list[profiling.Sampler] = []
+
+        def attach() -> None:
+            if args.profile:
+                samplers.append(profiling.Sampler(scale.controller_pid(controller), workdir))
+
+        cold = scale.cold_start(controller, routes, fleet, timeout=args.timeout, started=attach)
+        cold_profile = samplers[0].stop() if samplers else None
+        cp_cpu = {
+            name: seconds - cp_cpu_before.get(name, 0.0)
+            for name, seconds in scale.control_plane_cpu(cp).items()
+        }
         pid = scale.controller_pid(controller)
         cold_rss, cold_peak = scale.rss_bytes(pid), scale.peak_rss_bytes(pid)
         cold_cpu = scale.cpu_seconds(pid)
@@ -133,8 +156,10 @@ def main() -> None:
         mark = log.mark()
         started = time.monotonic()
         controller.start()
+        attach()
         scale.settle(controller, fleet, timeout=args.timeout)
         restart_seconds = time.monotonic() - started
+        restart_profile = samplers[-1].stop() if args.profile and samplers else None
         pid = scale.controller_pid(controller)
         restart_rss, restart_cpu = scale.rss_bytes(pid), scale.cpu_seconds(pid)
         restart_requests = log.since(mark)
@@ -161,6 +186,8 @@ def main() -> None:
     row("cold start: every route config written", f"{cold.configs:.1f} s")
     row("cold start: idle (statuses written too)", f"{cold.idle:.1f} s")
     row("cold start: controller CPU", f"{cold_cpu:.1f} s")
+    for name, seconds in sorted(cp_cpu.items()):
+        row(f"cold start: {name} CPU", f"{seconds:.1f} s")
     row(
         "controller write rate during the cold start",
         f"{controller_rate:.0f} writes/s ({len(cold_writes)} writes in {window:.1f} s)",
@@ -193,6 +220,25 @@ def main() -> None:
             f"p50 {percentile(latencies, 50) * 1000:.0f} ms, "
             f"p99 {percentile(latencies, 99) * 1000:.0f} ms, max {max(latencies) * 1000:.0f} ms",
         )
+    for what, profile in (("cold start", cold_profile), ("restart", restart_profile)):
+        where_time_goes(what, profile)
+
+
+OURS = ("controllers/", "rotator/")
+
+
+def where_time_goes(what: str, profile: profiling.Profile | None) -> None:
+    """The functions the controller's running threads were sampled in, from py-spy."""
+    if profile is None:
+        print(f"\n{what}: no profile (py-spy missing, or not allowed to attach)")
+        return
+    print(f"\nwhere the {what}'s CPU goes ({profile.samples} samples holding the GIL, after ready)")
+    print("  own time (the function itself):")
+    for line in profile.top(profile.own, 12):
+        print(f"    {line}")
+    print("  within (rotator's functions, callees included):")
+    for line in profile.top(profile.within, 15, OURS):
+        print(f"    {line}")
 
 
 def propagation(

@@ -16,7 +16,7 @@ import functools
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,6 +48,10 @@ CONTROLLER_ARGS = ("--log-level", "info")
 """``rotator run`` as deployed: the test harness's debug logging would cost CPU at scale."""
 CONTROLLER_ENV = {"MALLOC_ARENA_MAX": "2"}
 """The environment the image sets (Dockerfile): memory is measured as deployed."""
+SCRAPE_INTERVAL = 1.0
+"""Seconds between reads of the controller's metrics while waiting for it: each read renders
+every series (thousands, at scale), which at 0.2 s was 15 % of the restart's CPU."""
+
 
 # --- the controller process, from /proc ------------------------------------------------------
 
@@ -73,6 +77,24 @@ def cpu_seconds(pid: int) -> float:
     """User plus system CPU time the process has used (``utime + stime`` in /proc/PID/stat)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def control_plane_cpu(control_plane: LocalControlPlane) -> dict[str, float]:
+    """CPU seconds used so far by each process of ``control_plane`` (etcd, kube-apiserver,
+    kube-controller-manager): the processes whose command line names its folder."""
+    used: dict[str, float] = {}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+            if str(control_plane.dir).encode() not in b" ".join(argv):
+                continue
+            name = Path(argv[0].decode()).name
+            used[name] = used.get(name, 0.0) + cpu_seconds(int(proc.name))
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile, or not ours to read
+    return used
 
 
 def controller_pid(controller: ControllerProcess) -> int:
@@ -241,11 +263,16 @@ class RouteConfigs(LatestStates):
 
 
 def controller_process(
-    control_plane: LocalControlPlane, api: clients.Client, workdir: Path
+    control_plane: LocalControlPlane,
+    api: clients.Client,
+    workdir: Path,
+    args: Sequence[str] = (),
 ) -> ControllerProcess:
-    """``rotator run`` as its ServiceAccount, logging at the deployed level."""
+    """``rotator run`` as its ServiceAccount, logging at the deployed level, with ``args``."""
     kubeconfig = service_account_kubeconfig(control_plane, api, workdir / "kubeconfig")
-    return ControllerProcess(kubeconfig, workdir, args=CONTROLLER_ARGS, env=CONTROLLER_ENV)
+    return ControllerProcess(
+        kubeconfig, workdir, args=(*CONTROLLER_ARGS, *args), env=CONTROLLER_ENV
+    )
 
 
 def reconciles(controller: ControllerProcess, name: str) -> float:
@@ -269,10 +296,10 @@ def settle(controller: ControllerProcess, fleet: Fleet, *, timeout: float) -> No
         wait_for(
             functools.partial(_reconciled, controller, name, fleet.chains),
             timeout=timeout,
-            interval=0.2,
+            interval=SCRAPE_INTERVAL,
             what=f"{fleet.chains} {name} reconciles",
         )
-    wait_for(controller.idle, timeout=timeout, interval=0.2, what="the controller idle")
+    wait_for(controller.idle, timeout=timeout, interval=SCRAPE_INTERVAL, what="the controller idle")
 
 
 @dataclass(frozen=True)
@@ -292,13 +319,16 @@ def cold_start(
     *,
     timeout: float,
     clock: Callable[[], float] = time.monotonic,
+    started: Callable[[], None] = lambda: None,
 ) -> ColdStart:
     """Starts the controller and waits until every route config holds its chain's key and the
-    controller is idle. ``routes`` must run on the same ``clock``."""
+    controller is idle. ``routes`` must run on the same ``clock``. ``started`` is called once
+    the controller is ready (a profiler attaches then)."""
     wanted = fleet.initial_keys()
     spawned = clock()
     controller.start()
     ready = clock()
+    started()
     wait_for(
         lambda: routes.holding(wanted) == len(wanted),
         timeout=timeout,
