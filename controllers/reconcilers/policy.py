@@ -395,6 +395,7 @@ class PolicyReconciler:
                 *([schedule_cond] if schedule_cond is not None else []),
             ],
             now,
+            created=change is Change.CREATED,
         )
         if schedule_cond is not None and schedule_cond.status == "False":
             was = conditions.of(policy, api.RENEW_BEFORE_HONORED)
@@ -468,8 +469,17 @@ class PolicyReconciler:
             expires_at=expires_at,
             renews_at=now + delay,
         )
-        self._write_status(policy, fields, [accepted, ready], now)
-        if attempts == 1 and source_calls_provider(self._sources, policy):
+        announced = attempts == 1 and source_calls_provider(self._sources, policy)
+        # A first failure while still valid (Ready True → True/RotationFailed) is the Warning
+        # below, not also a Normal Event of the same reason from the status write.
+        self._write_status(
+            policy,
+            fields,
+            [accepted, ready],
+            now,
+            ready_event=not (announced and ready.reason == "RotationFailed"),
+        )
+        if announced:
             self._recorder.event(policy, events.WARNING, "RotationFailed", f"{exc}; {retry}")
         log.warning(
             "policy.credentials_failed",
@@ -481,8 +491,18 @@ class PolicyReconciler:
         return Result(requeue_after=delay)
 
     def _write_status(
-        self, policy: api.Policy, fields: dict[str, Any], updates: list[conditions.Cond], now: float
+        self,
+        policy: api.Policy,
+        fields: dict[str, Any],
+        updates: list[conditions.Cond],
+        now: float,
+        *,
+        created: bool = False,
+        ready_event: bool = True,
     ) -> None:
+        """``created``: this reconcile created the credentials, so a first ``Ready=True`` is
+        news (the one Event a new policy records); ``ready_event`` False: the caller records
+        its own Event for this transition."""
         status.write(
             self._api,
             self._recorder,
@@ -491,7 +511,8 @@ class PolicyReconciler:
             fields=fields,
             updates=updates,
             now=now,
-            event_types=(api.READY,),
+            event_types=(api.READY,) if ready_event else (),
+            announce=(api.READY,) if created else (),
         )
 
     # --- finalizers --------------------------------------------------------------------------

@@ -1,5 +1,11 @@
 """Writing a status: merge conditions, compare with the cache, apply only on a difference, and
-record an Event for each condition whose status or reason changed."""
+record an Event for each condition whose status or reason changed.
+
+A condition that appears for the first time already True is not a transition: the first reconcile
+found things as they should be (a cold start over N chains would otherwise record an Event per
+condition per object, and nobody reads "resolved" on an object that was never anything else). It
+appearing False is a new failure, and recorded. A caller that did something worth seeing on that
+first reconcile — the policy creating the credentials — names the condition in ``announce``."""
 
 from __future__ import annotations
 
@@ -23,10 +29,12 @@ def write(
     now: float,
     event_types: Sequence[str],
     drop: Collection[str] = (),
+    announce: Collection[str] = (),
 ) -> bool:
     """Applies ``fields`` plus the merged conditions as the whole status if it differs from the
-    cached one; an Event per transition of a condition in ``event_types``. True if it wrote.
-    Conditions of the types in ``drop`` are removed (they no longer apply)."""
+    cached one; an Event per transition of a condition in ``event_types`` (a first appearance as
+    True only for the types in ``announce``). True if it wrote. Conditions of the types in
+    ``drop`` are removed (they no longer apply)."""
     old = obj.get("status") or {}
     generation = int(objects.meta(obj).get("generation") or 0)
     merged = conditions.merge(old.get("conditions"), updates, generation=generation, now=now)
@@ -47,8 +55,13 @@ def write(
         subresource="status",
         resource_version=objects.meta(obj).get("resourceVersion"),
     )
-    for c in conditions.transitions(old.get("conditions"), merged):
-        if c["type"] in event_types:
-            kind = events.NORMAL if c["status"] == "True" else events.WARNING
-            recorder.event(obj, kind, c["reason"], c["message"])
+    before = old.get("conditions")
+    for c in conditions.transitions(before, merged):
+        if c["type"] not in event_types:
+            continue
+        first = conditions.find(before, c["type"]) is None
+        if first and c["status"] == "True" and c["type"] not in announce:
+            continue  # found as it should be: no news
+        kind = events.NORMAL if c["status"] == "True" else events.WARNING
+        recorder.event(obj, kind, c["reason"], c["message"])
     return True
