@@ -22,6 +22,8 @@ class Request:
     path: str
     timeout: Any
     body: Any
+    headers: dict[str, str] = field(default_factory=dict)
+    query: str = ""
 
 
 @dataclass
@@ -50,13 +52,42 @@ class _Response:
 
 
 @dataclass
-class _RestResponse:
-    response: _Response
+class _Configuration:
+    host: str = "https://fake"
+
+    def get_api_key_with_prefix(self, name: str) -> str | None:
+        return None
+
+
+class _PoolManager:
+    """The ApiClient's connection pool, as the client uses it."""
+
+    def __init__(self, transport: FakeTransport) -> None:
+        self._transport = transport
+
+    def request(
+        self,
+        method: str,
+        url: str,
+        *,
+        body: bytes | None,
+        headers: dict[str, str],
+        timeout: urllib3.Timeout,
+        preload_content: bool,
+    ) -> _Response:
+        path, _, query = url.removeprefix(self._transport.configuration.host).partition("?")
+        bound: Any = (
+            timeout.total
+            if timeout.total is not None
+            else (timeout.connect_timeout, timeout.read_timeout)
+        )
+        decoded = json.loads(body) if body is not None else None
+        return self._transport.send(Request(method, path, bound, decoded, dict(headers), query))
 
 
 @dataclass
-class _Configuration:
-    host: str = "https://fake"
+class _RestClient:
+    pool_manager: _PoolManager
 
 
 Fault = Callable[[Request], Reply | None]
@@ -71,32 +102,24 @@ class FakeTransport:
     objects: dict[str, dict[str, Any]] = field(default_factory=dict)
     requests: list[Request] = field(default_factory=list)
     configuration: _Configuration = field(default_factory=_Configuration)
+    default_headers: dict[str, str] = field(default_factory=dict)
     _version: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def rest_client(self) -> _RestClient:
+        return _RestClient(_PoolManager(self))
 
     def client(self, timeout: float = 30.0) -> clients.Client:
         return clients.Client(self, timeout=timeout)  # type: ignore[arg-type]
 
-    def param_serialize(
-        self,
-        method: str,
-        path: str,
-        *,
-        query_params: list[tuple[str, str]],
-        header_params: dict[str, str],
-        body: Any,
-        auth_settings: list[str],
-    ) -> tuple[str, str, Any]:
-        return method, path, body
-
-    def call_api(self, method: str, path: str, body: Any, *, _request_timeout: Any) -> Any:
-        request = Request(method, path, _request_timeout, body)
+    def send(self, request: Request) -> _Response:
         with self._lock:
             self.requests.append(request)
         reply = self.fault(request)
         if reply is None:
             reply = self._serve(request)
-        return _RestResponse(_Response(reply))
+        return _Response(reply)
 
     def _serve(self, r: Request) -> Reply:
         with self._lock:
