@@ -97,6 +97,7 @@ a long escaped string (non-ASCII or control characters) at the line width: the s
 way, so a consumer reads the same configuration; only such a route's Secret is rewritten once,
 on the upgrade."""
 
+
 @dataclass(frozen=True)
 class ResolvedBackend:
     name: str
