@@ -134,8 +134,8 @@ class Metrics:
         )
         self.events_dropped = Counter(
             f"{prefix}_events_dropped_total",
-            "Kubernetes Events not recorded because the recorder's buffer was full or the API "
-            "refused them",
+            "Kubernetes Events not recorded: the recorder's buffer was full, the object's Events "
+            "were throttled, the API refused them, or they were unsent at stop",
             registry=r,
         )
 

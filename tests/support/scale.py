@@ -13,18 +13,22 @@ from __future__ import annotations
 
 import base64
 import functools
+import json
 import os
 import threading
 import time
+import tracemalloc
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 from controllers.reconcilers import api as rapi
+from controllers.reconcilers import crviews, secretviews
+from controllers.runtime import apply, objects
 from controllers.runtime import client as clients
-from controllers.runtime import objects
-from controllers.runtime.informer import Informer
+from controllers.runtime.compaction import Compactor
+from controllers.runtime.informer import Informer, Transform, strip_never_read
 from controllers.runtime.objects import Body
 from rotator_devkit.controlplane.cluster import LocalControlPlane
 from tests.support.chain import Chain
@@ -100,6 +104,51 @@ def control_plane_cpu(control_plane: LocalControlPlane) -> dict[str, float]:
 def controller_pid(controller: ControllerProcess) -> int:
     assert controller.proc is not None, "the controller is not running"
     return controller.proc.popen.pid
+
+
+# --- what the controller caches of each object -------------------------------------------------
+
+CACHED_VIEWS: dict[str, tuple[objects.Resource, bool, str | None, Transform]] = {
+    "BackendSecurityPolicy": (rapi.POLICIES, False, None, crviews.policy),
+    "ServiceBackend": (rapi.BACKENDS, False, None, crviews.backend),
+    "Route": (rapi.ROUTES, False, None, crviews.route),
+    "Secret, metadata view (every Secret)": (
+        objects.SECRETS, True, None, secretviews.identity_only
+    ),
+    "Secret, managed view (derived and route config)": (
+        objects.SECRETS, False, rapi.MANAGED_SELECTOR, secretviews.managed
+    ),
+}  # fmt: skip
+"""Resource, metadata-only, label selector and view of each cache, as
+``controllers/reconcilers/setup.py`` wires them."""
+
+
+def cached_bytes(api: clients.Client, namespace: str) -> dict[str, tuple[int, float]]:
+    """Objects and bytes held per object by each cache of :data:`CACHED_VIEWS`, for the objects
+    of ``namespace``: each decoded on its own (as a watch event brings it), then put through the
+    informer's transform (``strip_never_read``, the view, a :class:`Compactor`), the memory it
+    keeps measured with ``tracemalloc``. The store's own entry (~150 bytes) is not counted."""
+    held: dict[str, tuple[int, float]] = {}
+    for label, (resource, metadata_only, selector, view) in CACHED_VIEWS.items():
+        listed = api.list(
+            resource, namespace=namespace, metadata_only=metadata_only, label_selector=selector
+        )
+        events = [json.dumps(item) for item in listed.get("items") or []]
+        if not events:
+            continue
+        decoded = [json.loads(e) for e in events]
+        compact = Compactor()
+        compact(view(strip_never_read(json.loads(events[0]))))  # its shapes, as a warm cache has
+        tracemalloc.start()
+        try:
+            before = tracemalloc.get_traced_memory()[0]
+            kept = [compact(view(strip_never_read(obj))) for obj in decoded]
+            after = tracemalloc.get_traced_memory()[0]
+        finally:
+            tracemalloc.stop()
+        del decoded  # freed after the measurement: only what the cache keeps was counted
+        held[label] = (len(kept), (after - before) / len(kept))
+    return held
 
 
 # --- the objects -------------------------------------------------------------------------------
@@ -190,6 +239,25 @@ class Fleet:
             api.create(objects.SECRETS, body, namespace=self.unrelated_namespace(i))
 
         return in_parallel(one, self.unrelated, threads)
+
+    def apply_to_sources(self, api: clients.Client, threads: int = THREADS) -> Timing:
+        """Server-side applies an annotation to every chain's source Secret: the kind of write
+        the controller makes (``apply-patch+yaml``, field manager, force), which costs the API
+        server more than a create."""
+
+        def one(i: int) -> None:
+            body = {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {
+                    "name": self.source_secret(i),
+                    "namespace": self.chain_namespace(i),
+                    "annotations": {"bench.rotator.dev/applied": "yes"},
+                },
+            }
+            apply.apply(api, objects.SECRETS, body, field_manager="scale-bench")
+
+        return in_parallel(one, self.chains, threads)
 
     def rotate(self, api: clients.Client, i: int, version: int) -> None:
         """Gives chain ``i``'s source Secret the key of ``version``."""
