@@ -38,22 +38,22 @@ Route (one backend)    3252 / 1285 / 887 (31 % less)     1729 / 888 / 888
    tracking id and kubectl's last-applied annotation. The rest is mostly ``status``: three
    conditions are ~500 of a Route's 888 bytes.
 
-In memory each kept object takes about five times its JSON; the informer's last step
-(``controllers.runtime.informer.compact``: repeated keys and strings shared, lists exact) halves
-that. Bytes held per object of a scale-benchmark chain (plain ``create``, each object from its own
-watch event, every distinct object counted once; the interning table not counted):
+In memory a decoded object takes about five times its JSON; the informer's last step
+(``controllers.runtime.compaction``: keys and strings interned, dicts of one shape sharing a key
+table, lists exact) brings that to about its JSON. Bytes held per object of a scale-benchmark
+chain (plain ``create``, each object from its own watch event; ``tracemalloc``, as
+``python -m tests.bench.scale`` prints them; the store's own entry not counted):
 
-=====================  ===============  ===============
-kind                   as decoded       compacted
-=====================  ===============  ===============
-BackendSecurityPolicy  4634             2447
-ServiceBackend         3517             1950
-Route (one backend)    4882             2817
-=====================  ===============  ===============
+=====================  ===========  =====================  ===================
+kind                   as decoded   keys, strings shared   key tables shared
+=====================  ===========  =====================  ===================
+BackendSecurityPolicy  4634         2447                   942
+ServiceBackend         3517         1950                   688
+Route (one backend)    4882         2817                   1127
+=====================  ===========  =====================  ===================
 
-What is left is mostly containers (a dict is 184 bytes up to five keys, 272 up to ten: a Route is
-ten dicts, three of them conditions); fewer bytes would take keeping fewer objects, not fewer
-fields of them.
+What is left is mostly the values no two objects share: names, uids, resourceVersions, condition
+messages and timestamps.
 """
 
 from __future__ import annotations

@@ -630,7 +630,7 @@ class PolicyReconciler:
 
 class SourceReads:
     """The :data:`~.credentialsources.SecretGetter` a reconcile hands its source: Secrets of the
-    policy's own namespace, through the :class:`FullObjectReader`, remembering the uid and
+    policy's own namespace, through the :class:`FullObjectReader`, remembering the
     resourceVersion of each body returned — what a copy records as
     ``rotator.dev/source-version``: the versions actually read, not the cache's idea of them."""
 

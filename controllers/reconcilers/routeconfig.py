@@ -95,7 +95,7 @@ same text for printable-ASCII configurations (tests/unit/test_routeconfig.py) bu
 longer than 128 characters, which PyYAML writes as a complex key (``? key``), and where they fold
 a long escaped string (non-ASCII or control characters) at the line width: the same YAML either
 way, so a consumer reads the same configuration; only such a route's Secret is rewritten once,
-on the upgrade."""
+on the upgrade (and, its hash changed, its ``rolloutRestartTargets`` rolled out once)."""
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,6 @@ from urllib.parse import quote
 
 import urllib3
 from kubernetes.client import ApiClient
-from kubernetes.client.exceptions import ApiException
 
 from controllers.runtime import errors
 from controllers.runtime.objects import Body, Resource
@@ -313,7 +312,16 @@ class Client:
         # the default headers, the bearer token, JSON (valid YAML, for apply patches), and the
         # query quoted as ApiClient quotes it.
         headers = {**self._api.default_headers, "Accept": accept}
-        if (authorization := self._authorization()) is not None:
+        try:
+            authorization = self._authorization()
+        except Exception as exc:  # the token hook: an exec plugin, an unreadable token file
+            # Its type only: a plugin's message may quote what it printed, a token included.
+            raise errors.ConnectionFailed(
+                f"the credentials for the API server could not be loaded: {type(exc).__name__}",
+                method=method,
+                path=path,
+            ) from None
+        if authorization is not None:
             headers["authorization"] = authorization
         encoded = None
         if body is not None:
@@ -342,8 +350,6 @@ class Client:
                 ),
             )
             code = str(response.status)
-        except ApiException as exc:  # a token hook (exec plugin, OIDC refresh) failing
-            raise errors.ConnectionFailed(str(exc.reason), method=method, path=path) from exc
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             raise errors.ConnectionFailed(
                 f"{type(exc).__name__}: {exc}", method=method, path=path
@@ -364,7 +370,10 @@ class Client:
         now = time.monotonic()
         with self._token_lock:
             if self._token is None or now - self._token[1] >= TOKEN_CHECK_INTERVAL:
-                value = self._api.configuration.get_api_key_with_prefix("BearerToken")
+                # alias: ApiClient's auth settings also take a token kept under "authorization"
+                value = self._api.configuration.get_api_key_with_prefix(
+                    "BearerToken", alias="authorization"
+                )
                 self._token = ("" if value is None else str(value), now)
             return self._token[0] or None
 

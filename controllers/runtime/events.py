@@ -198,6 +198,9 @@ class EventRecorder:
             if waiting is not None:  # the same Event is waiting: one write, a higher count
                 waiting.count += 1
                 waiting.last = now
+                # written after whatever the object recorded in between: the latest Event an
+                # exporter sees is still the object's latest state
+                shard.pending.move_to_end(key)
                 return
             if shard.stopping:
                 why: str | None = UNSENT

@@ -55,7 +55,7 @@ class _Response:
 class _Configuration:
     host: str = "https://fake"
 
-    def get_api_key_with_prefix(self, name: str) -> str | None:
+    def get_api_key_with_prefix(self, name: str, alias: str | None = None) -> str | None:
         return None
 
 

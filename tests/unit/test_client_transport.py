@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import json
 
+import pytest
+from kubernetes.client import Configuration
+
 from controllers.runtime import client as clients
-from controllers.runtime import objects
+from controllers.runtime import errors, objects
 from tests.support.fake_api import FakeTransport
 
 
@@ -18,7 +21,7 @@ class _CountingConfiguration:
     def __init__(self) -> None:
         self.calls = 0
 
-    def get_api_key_with_prefix(self, name: str) -> str | None:
+    def get_api_key_with_prefix(self, name: str, alias: str | None = None) -> str | None:
         assert name == "BearerToken"
         self.calls += 1
         return f"Bearer token-{self.calls}"
@@ -63,3 +66,31 @@ def test_a_request_timeout_reaches_the_pool_as_urllib3_bounds_it() -> None:
     transport.objects["/api/v1/namespaces/n/secrets/s"] = {"metadata": {"name": "s"}}
     client.get(objects.SECRETS, "s", namespace="n")
     assert transport.requests[0].timeout == 7.5
+
+
+def test_a_token_kept_under_authorization_is_sent_as_apiclient_sends_it() -> None:
+    """kubernetes' Configuration also takes the token as api_key["authorization"] (the tests'
+    token clients do). Mutation caught: asking for "BearerToken" without the alias (the request
+    then went out anonymous)."""
+    configuration = Configuration(host="https://fake")
+    configuration.api_key = {"authorization": "Bearer sekret"}
+    transport = FakeTransport(configuration=configuration)  # type: ignore[arg-type]
+    transport.objects["/api/v1/namespaces/n/secrets/s"] = {"metadata": {"name": "s"}}
+    transport.client().get(objects.SECRETS, "s", namespace="n")
+    assert transport.requests[0].headers["authorization"] == "Bearer sekret"
+
+
+def test_a_failing_token_hook_is_a_connection_failure_naming_no_output() -> None:
+    """An exec plugin or a token file that fails is retried like an unreachable server, and its
+    output (which may hold a token) is not repeated. Mutation caught: the hook called outside the
+    error mapping (a raw exception, fatal to the leader elector)."""
+
+    class Failing(_CountingConfiguration):
+        def get_api_key_with_prefix(self, name: str, alias: str | None = None) -> str | None:
+            raise RuntimeError("plugin printed sk-must-not-appear")
+
+    transport = FakeTransport(configuration=Failing())  # type: ignore[arg-type]
+    with pytest.raises(errors.ConnectionFailed) as raised:
+        transport.client().get(objects.SECRETS, "s", namespace="n")
+    assert "RuntimeError" in str(raised.value)
+    assert "sk-must-not-appear" not in str(raised.value)

@@ -181,6 +181,21 @@ def test_repeats_waiting_in_the_buffer_are_one_write_with_their_count() -> None:
     assert counts == {"o1": 3, "o2": 1}
 
 
+def test_a_coalesced_repeat_is_written_after_what_the_object_recorded_in_between() -> None:
+    """Expired, CredentialsReady, Expired while the sender is busy: the last Event written is
+    Expired (count 2), so an exporter acting on the latest Event sees the latest state.
+    Mutation caught: the repeat keeping its first slot (CredentialsReady written last)."""
+    s = Setup(senders=1)
+    for reason in ("Expired", "CredentialsReady", "Expired"):
+        s.recorder.event(obj(1), events.WARNING, reason, "m")
+    s.recorder.start()
+    s.recorder.stop()
+    assert [(e["reason"], e["count"]) for e in s.api.created] == [
+        ("CredentialsReady", 1),
+        ("Expired", 2),
+    ]
+
+
 def test_a_repeat_of_a_written_event_bumps_its_count_and_a_late_one_is_new() -> None:
     """Mutation caught: no aggregation (a second Event for the repeat), or aggregation without
     the 10-minute window (a day-old Event's count bumped)."""

@@ -249,3 +249,17 @@ def test_read_names_every_annotation_that_does_not_parse() -> None:
     assert edited.credential.expires_at == derived.UNREADABLE_EXPIRY
     assert edited.credential.issued_at is None
     assert dict(edited.credential.state) == {"y": "not a time, and need not be"}
+
+
+def test_a_policy_without_series_keeps_no_labels() -> None:
+    """An API key never expires and is never refreshed: no series, and nothing kept for it (0.25
+    KB a policy). Mutation caught: labels recorded for every policy served."""
+    metrics = CredentialMetrics(CollectorRegistry())
+    metrics.observed(Request("ns", "p"), "APIKey", expires_at=None)
+    metrics.served(Request("ns", "p"), "APIKey", expires_at=None, renews_at=None)
+    assert metrics._labels == {}
+    metrics.served(Request("ns", "q"), "AWSCredentials", expires_at=2.0, renews_at=1.0)
+    metrics.observed(Request("ns", "q"), "AWSCredentials", expires_at=None)
+    assert metrics.renewal.labels("ns", "q", "AWSCredentials")._value.get() == 1.0
+    metrics.served(Request("ns", "q"), "AWSCredentials", expires_at=None, renews_at=None)
+    assert metrics._labels == {}
