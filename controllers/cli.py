@@ -271,6 +271,15 @@ def _exit_now(code: int) -> NoReturn:
     os._exit(code)
 
 
+SWITCH_INTERVAL = 0.001
+"""Seconds a thread holds the GIL while others wait for it (``sys.setswitchinterval``; CPython's
+default is 0.005). A start-up over 10,000 chains keeps ~25 threads busy reconciling; each
+request of a thread that waits on the network (the lease renewal, the watches) then queues for
+the GIL once per socket read. Measured against a local API server with 24 busy threads: a GET
+took p50 265 ms, max 1 s at 5 ms; p50 57 ms, max 223 ms at 1 ms. At 5 ms a restart over 10,000
+chains and 50,000 Secrets missed the 10 s renew deadline and gave up leadership."""
+
+
 def _run(
     args: argparse.Namespace,
     *,
@@ -278,6 +287,7 @@ def _run(
     attach: Callable[[manager.Manager], None] | None = None,
     stop: threading.Event | None = None,
 ) -> int:
+    sys.setswitchinterval(SWITCH_INTERVAL)
     try:
         api_client = restconfig.load(
             kubeconfig, in_cluster_dir=args.in_cluster_dir, pool_size=16 + 4 * args.workers

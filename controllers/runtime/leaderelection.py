@@ -217,6 +217,8 @@ class LeaderElector:
 
     def _try_acquire_or_renew(self) -> _Outcome:
         now = self._clock.now()
+        if self.leading and (renewed := self._renew_as_observed(now)) is not None:
+            return renewed
         try:
             lease = self._api.get(objects.LEASES, self._o.name, namespace=self._o.namespace)
         except errors.NotFound:
@@ -256,6 +258,30 @@ class LeaderElector:
         except errors.ApiError as exc:
             if not isinstance(exc, errors.Conflict):
                 self._log.warning("leader.update_failed", error=str(exc))
+            return _Outcome.FAILED
+        self._observe(updated)
+        return _Outcome.HELD
+
+    def _renew_as_observed(self, now: float) -> _Outcome | None:
+        """The leader's fast path (client-go's, since 1.29): one compare-and-swap on the Lease as
+        this elector last wrote it, no read first. Half the requests of a renew, so half the
+        time a busy process (threads queueing for the GIL) takes to renew. None when the Lease
+        changed since (a Conflict): the caller then reads it and decides as usual. Any other
+        failure fails this attempt (client-go reads again then; a read would fail the same way,
+        and the attempt's budget is better left to the next one)."""
+        if (
+            self._observed_spec is None
+            or self._observed_spec.get("holderIdentity") != self._o.identity
+        ):
+            return None
+        spec = dict(self._observed_spec)
+        spec.update(leaseDurationSeconds=int(self._o.lease_duration), renewTime=_micro_time(now))
+        try:
+            updated = self._api.replace(objects.LEASES, self._lease(spec, self._observed_version))
+        except errors.Conflict:
+            return None
+        except errors.ApiError as exc:
+            self._log.warning("leader.update_failed", error=str(exc))
             return _Outcome.FAILED
         self._observe(updated)
         return _Outcome.HELD
