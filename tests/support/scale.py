@@ -125,9 +125,10 @@ CACHED_VIEWS: dict[str, tuple[objects.Resource, bool, str | None, Transform]] = 
 
 def cached_bytes(api: clients.Client, namespace: str) -> dict[str, tuple[int, float]]:
     """Objects and bytes held per object by each cache of :data:`CACHED_VIEWS`, for the objects
-    of ``namespace``: each decoded on its own (as a watch event brings it), then put through the
-    informer's transform (``strip_never_read``, the view, a :class:`Compactor`), the memory it
-    keeps measured with ``tracemalloc``. The store's own entry (~150 bytes) is not counted."""
+    of ``namespace``: each decoded on its own (as a watch event brings it) and put through the
+    informer's transform (``strip_never_read``, the view, a :class:`Compactor`) while
+    ``tracemalloc`` traces, so what the cache keeps of the decoded text (resourceVersions, data)
+    counts too. The store's own entry (~150 bytes) is not counted."""
     held: dict[str, tuple[int, float]] = {}
     for label, (resource, metadata_only, selector, view) in CACHED_VIEWS.items():
         listed = api.list(
@@ -136,17 +137,15 @@ def cached_bytes(api: clients.Client, namespace: str) -> dict[str, tuple[int, fl
         events = [json.dumps(item) for item in listed.get("items") or []]
         if not events:
             continue
-        decoded = [json.loads(e) for e in events]
         compact = Compactor()
         compact(view(strip_never_read(json.loads(events[0]))))  # its shapes, as a warm cache has
         tracemalloc.start()
         try:
             before = tracemalloc.get_traced_memory()[0]
-            kept = [compact(view(strip_never_read(obj))) for obj in decoded]
-            after = tracemalloc.get_traced_memory()[0]
+            kept = [compact(view(strip_never_read(json.loads(e)))) for e in events]
+            after = tracemalloc.get_traced_memory()[0]  # what was decoded and dropped is freed
         finally:
             tracemalloc.stop()
-        del decoded  # freed after the measurement: only what the cache keeps was counted
         held[label] = (len(kept), (after - before) / len(kept))
     return held
 
