@@ -24,9 +24,10 @@ annotation alone is still seen and repaired. The derived Secret keeps its data: 
 renderer and the policy reconciler read it.
 
 Bytes held per cached Secret of a scale-benchmark chain (each from its own watch event, after
-``controllers.runtime.compaction``; ``python -m tests.bench.scale`` prints them): metadata view
-112 each (630 before compaction and this module's trimming), derived and route config Secrets in
-the managed view 470 on average (3,440 and 3,660 before; the route config's data is a digest).
+``controllers.runtime.compaction``; ``tracemalloc``, as ``python -m tests.bench.scale`` prints
+them): metadata view 308 each (630 by object sizes before compaction and this module's
+trimming), derived and route config Secrets in the managed view 1,240 on average (3,440 and 3,660
+by object sizes before; the route config's data is a digest).
 """
 
 from __future__ import annotations

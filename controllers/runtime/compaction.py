@@ -33,9 +33,10 @@ anyone's choice, so each would be a shape, and a tenant could fill the table wit
 are bounded per compactor (:data:`MAX_SHAPES`); beyond that, dicts are plain again.
 
 Cached bodies of one API-key chain of the scale benchmark (its six objects, three Secrets also
-in the metadata view), each from its own watch event: 21.4 KB decoded, 12.4 KB interned, ~8 KB
-with shared keys (the interning table's entries included; tests/unit/test_compaction.py measures
-a route).
+in the metadata view), each from its own watch event: 21.4 KB decoded, 12.4 KB interned (sizes of
+the distinct objects); 8.6 KB with shared keys, by ``tracemalloc`` (everything kept allocated:
+``python -m tests.bench.scale`` prints it per kind). tests/unit/test_compaction.py measures a
+route.
 """
 
 from __future__ import annotations

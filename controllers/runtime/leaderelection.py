@@ -85,6 +85,10 @@ class _Outcome(enum.Enum):
     """The attempt failed (API error, conflict); a later one may succeed."""
 
 
+WAKE_CHECK = 0.1
+"""Seconds between the renew loop's looks at whether starting the controllers failed."""
+
+
 def _micro_time(at: float) -> str:
     return datetime.fromtimestamp(at, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
@@ -114,6 +118,7 @@ class LeaderElector:
         self._observed_version = ""
         self._renew_by = 0.0  # monotonic time by which the next renew must have succeeded
         self._leading = threading.Event()
+        self._start_failed: str | None = None  # why on_started failed, set by its thread
         self._log = log.bind(lease=f"{options.namespace}/{options.name}", identity=options.identity)
 
     @property
@@ -138,8 +143,10 @@ class LeaderElector:
                 return
             self._leading.set()
             self._log.info("leader.elected")
-            self._on_started()
-            self._report(True)  # after the controllers started: leading means working
+            # On a thread of its own, as client-go's `go OnStartedLeading(ctx)`: starting the
+            # controllers delivers every cached object to their handlers (70,000 at 10,000
+            # chains: over 10 s), and renewing must not wait for that.
+            threading.Thread(target=self._start, name="leader-started", daemon=True).start()
             why = self._renew(stop)
         except Exception as exc:  # any failure of the elector ends leadership
             why = f"the elector failed: {type(exc).__name__}: {exc}"
@@ -150,6 +157,18 @@ class LeaderElector:
         if why is not None:
             self._log.error("leader.lost", why=why)
             self._on_lost()
+
+    def _start(self) -> None:
+        """``on_started``, then the leader metric (leading means working). An exception ends
+        leadership: the renew loop sees ``_start_failed`` within :data:`WAKE_CHECK`."""
+        try:
+            self._on_started()
+        except Exception as exc:
+            self._log.exception("leader.start_failed")
+            self._start_failed = f"the elector failed: {type(exc).__name__}: {exc}"
+            return
+        if self._leading.is_set():
+            self._report(True)
 
     def release(self) -> bool:
         """Gives the Lease up (empty holder) so a successor need not wait ``lease_duration``.
@@ -193,8 +212,10 @@ class LeaderElector:
         """Renews every ``retry_period``; returns why leadership ended, or None on ``stop``."""
         while True:
             left = self._renew_by - self._clock.monotonic()
-            if left <= 0 or stop.wait(min(self._o.retry_period, left)):
+            if left <= 0 or self._wait(stop, min(self._o.retry_period, left)):
                 break
+            if self._start_failed is not None:
+                return self._start_failed
             left = self._renew_by - self._clock.monotonic()
             if left <= 0:
                 break
@@ -203,7 +224,19 @@ class LeaderElector:
                 return "another candidate holds the lease"
         if stop.is_set():
             return None
+        if self._start_failed is not None:
+            return self._start_failed
         return f"could not renew within the renew deadline ({self._o.renew_deadline:g} s)"
+
+    def _wait(self, stop: threading.Event, seconds: float) -> bool:
+        """Waits ``seconds``, or less if ``stop`` is set (True) or ``on_started`` failed."""
+        waited = 0.0
+        while waited < seconds and self._start_failed is None:
+            step = min(WAKE_CHECK, seconds - waited)
+            if stop.wait(step):
+                return True
+            waited += step
+        return stop.is_set()
 
     def _attempt(self, budget: float) -> _Outcome:
         """One try to acquire or renew, its requests bounded to ``budget`` seconds; on success

@@ -247,3 +247,34 @@ def test_a_leader_renews_with_one_write_and_no_read() -> None:
         after = transport.requests[since:]
         assert [r.method for r in after if r.method != "PUT"] == []
         assert run.thread.is_alive(), "still leading"
+
+
+def test_renewals_go_on_while_the_controllers_are_starting() -> None:
+    """Starting the controllers delivers every cached object to their handlers (over 10 s at
+    10,000 chains): the leader renews meanwhile, as client-go runs OnStartedLeading on a
+    goroutine of its own. Mutation caught: on_started called on the elector's thread (no
+    renewal until it returns; the scale benchmark's restart lost leadership that way)."""
+    clock = clocks.FakeClock()
+    transport = FakeTransport()
+    starting = threading.Event()
+    release = threading.Event()
+
+    def slow_start() -> None:
+        starting.set()
+        release.wait(10)
+
+    try:
+        with elect(transport, clock, on_started=slow_start) as run:
+            wait_for(starting.is_set, timeout=5, what="the controllers starting")
+            before = len(renewals(transport))
+            wait_for(
+                lambda: len(renewals(transport)) >= before + 2,
+                timeout=8,
+                what="renewals while the controllers start",
+            )
+            assert run.elector.leading
+            assert True not in run.reports, "not reported leading before the controllers started"
+            release.set()
+            wait_for(lambda: run.reports[-1] is True, timeout=5, what="reported leading")
+    finally:
+        release.set()
