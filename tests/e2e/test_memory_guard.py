@@ -16,15 +16,18 @@ MIB = 2**20
 CHAINS = 1000
 UNRELATED = 5000
 
-BASE_MIB = 81.0
-"""``rotator run`` idle over an empty cluster (CRDs and RBAC only)."""
-PER_CHAIN_BYTES = 17_000
+BASE_MIB = 68.0
+"""``rotator run`` idle over an empty cluster (CRDs and RBAC only); 81 before the cloud SDKs
+were loaded on first use."""
+PER_CHAIN_BYTES = 12_000
 """One API-key chain: its Secret, policy, backend and route, the derived and route config
-Secrets it gets, and the controller's bookkeeping (queues, indexes, event dedup). About 12 KB
-of it is the cached objects (``controllers.runtime.informer.compact``); 27,000 before they
-were compacted and the route config's data was replaced by a digest."""
-PER_UNRELATED_BYTES = 1_000
-"""One 4 KiB Secret in another namespace: its identity only (the data is never cached)."""
+Secrets it gets, and the controller's bookkeeping (queues, indexes, event dedup). About 8.6 KB
+of it is the cached objects (``controllers.runtime.compaction``; ``python -m tests.bench.scale``
+prints them per kind); 17,000 before key tables were shared, 27,000 before objects were
+compacted and the route config's data was replaced by a digest."""
+PER_UNRELATED_BYTES = 600
+"""One 4 KiB Secret in another namespace: name, namespace and resourceVersion only (the data
+is never cached); ``make bench``'s memory benchmark measures 545."""
 WARM_MIB = 3.0
 """What the first chains cost beyond their share: code paths, threads and buffers that a
 cluster without chains never uses."""
@@ -36,16 +39,15 @@ def ceiling_bytes(chains: int, unrelated: int) -> float:
     """``1.05 * base + 1.2 * (warm-up + bytes per chain * chains + bytes per unrelated Secret *
     unrelated)``.
 
-    Measured (``rotator run`` at --log-level info, cold starts one after another on one control
-    plane, two per size, 2-core AMD EPYC, Python 3.11): 81 MiB with nothing; 85.5 MiB with 5,000
-    unrelated Secrets (about 920 bytes each); 96.9, 104.7 and 125.5 MiB with 500, 1,000 and
-    2,000 chains (and 5,000, 5,000, 10,000 unrelated), 121.3 MiB with 2,000 chains and 5,000
-    unrelated — 16.5 to 17.5 KB per chain between them, plus about 3 MiB for the first. At 1,000
-    chains and 5,000 unrelated Secrets that predicts 81 + 3 + 16.2 + 4.8 = 105 MiB (this test
-    measured 104 to 106), and the ceiling is 1.05 * 81 + 1.2 * 24 = 114 MiB: 8 MiB of headroom.
-    Mutation-tested: the controller before its caches were compacted (27 KB per chain) measured
-    117 MiB, failed; a store keeping a deep copy of every object besides: 116 MiB, failed. So
-    would caching the unrelated Secrets' data (5,000 * 5.5 KiB of base64 = 27 MiB more)."""
+    Measured (``rotator run`` at --log-level info with the image's ``MALLOC_ARENA_MAX=2``, 2-core
+    AMD EPYC, Python 3.11): 67.8 MiB with nothing; 86 MiB at 1,000 chains and 5,000 unrelated
+    Secrets (this test); 101 MiB at 2,000 and 10,000, 214 MiB at 10,000 and 50,000
+    (``python -m tests.bench.scale``) — 12 KB per chain with 600 bytes per unrelated Secret and
+    about 3 MiB for the first chains. At 1,000 chains and 5,000 unrelated Secrets that predicts
+    68 + 3 + 11.4 + 2.9 = 85.3 MiB, and the ceiling is 1.05 * 68 + 1.2 * 17.3 = 92 MiB: 6 MiB of
+    headroom. The previous figures (17 KB per chain, 81 MiB base) measured 97-106 MiB here and
+    would fail now; so would doubling the bytes per chain (+11 MiB), and caching the unrelated
+    Secrets' data (5,000 * 5.5 KiB of base64 = 27 MiB more)."""
     objects = WARM_MIB * MIB + PER_CHAIN_BYTES * chains + PER_UNRELATED_BYTES * unrelated
     return BASE_MARGIN * BASE_MIB * MIB + OBJECT_MARGIN * objects
 

@@ -128,7 +128,9 @@ def cached_bytes(api: clients.Client, namespace: str) -> dict[str, tuple[int, fl
     of ``namespace``: each decoded on its own (as a watch event brings it) and put through the
     informer's transform (``strip_never_read``, the view, a :class:`Compactor`) while
     ``tracemalloc`` traces, so what the cache keeps of the decoded text (resourceVersions, data)
-    counts too. The store's own entry (~150 bytes) is not counted."""
+    counts too. The store's own entry (~150 bytes) is not counted. When the interpreter's table
+    of interned strings grows while a kind is measured, the kind is charged with the new table
+    (at 10,000 chains the policies' 5.5 KB held ~3.5 KB of it: 2.0 KB at 50 chains)."""
     held: dict[str, tuple[int, float]] = {}
     for label, (resource, metadata_only, selector, view) in CACHED_VIEWS.items():
         listed = api.list(
