@@ -29,6 +29,7 @@ from controllers.reconcilers.credentialsources.aws import AWSCredentialsSource
 from controllers.reconcilers.credentialsources.azure import AzureCredentialsSource
 from controllers.reconcilers.credentialsources.gcp import GCPCredentialsSource
 from controllers.reconcilers.credentialsources.lazy import Lazy
+from rotator import errors
 from rotator.providers.gcp.endpoints import Endpoints
 from rotator_devkit.controlplane.cluster import free_port
 from tests.support.polling import wait_for
@@ -387,3 +388,20 @@ def test_a_client_built_eagerly_is_held_as_it_is() -> None:
     assert held.get() is client
     assert Lazy[Client].of(held) is held  # a holder is passed on as it is
     assert not Lazy(Client).built
+
+
+def test_an_sdk_that_cannot_be_imported_is_a_permanent_failure_naming_the_module() -> None:
+    """A broken installation is shown where the user looks (``ProviderRejected``: a condition
+    and an Event, no hot loop) and names what is missing. Mutation caught: the ImportError
+    propagated (an "unexpected provider error" naming only its type, retried with backoff)."""
+
+    def build() -> str:
+        raise ModuleNotFoundError("No module named 'boto3'", name="boto3")
+
+    held: Lazy[str] = Lazy(build, what="the AWS SDK (boto3)")
+    with pytest.raises(errors.ProviderRejected) as raised:
+        held.get()
+    assert "the AWS SDK (boto3) could not be imported (module boto3)" in str(raised.value)
+    assert raised.value.code == "ImportError"
+    assert not raised.value.transient
+    assert not held.built

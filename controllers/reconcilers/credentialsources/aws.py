@@ -53,7 +53,7 @@ def lazy_clients(observer: Observer, *, concurrency: int) -> Lazy[Clients]:
 
         return Clients(observer, concurrency=concurrency)
 
-    return Lazy(build)
+    return Lazy(build, what="the AWS SDK (boto3)")
 
 
 class AWSCredentialsSource(CredentialSource):

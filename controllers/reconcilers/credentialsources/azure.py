@@ -33,7 +33,7 @@ def lazy_azure(observer: Observer, *, authority_host: str, concurrency: int) -> 
 
         return Azure(observer, authority_host=authority_host, concurrency=concurrency)
 
-    return Lazy(build)
+    return Lazy(build, what="the Azure SDK (azure-identity)")
 
 
 class AzureCredentialsSource(CredentialSource):

@@ -34,7 +34,7 @@ def lazy_transport(observer: Observer, *, concurrency: int) -> Lazy[Transport]:
 
         return Transport(observer, concurrency=concurrency)
 
-    return Lazy(build)
+    return Lazy(build, what="the Google SDK (google-auth)")
 
 
 def lazy_application_default(observer: Observer, *, concurrency: int) -> Lazy[ApplicationDefault]:
@@ -46,7 +46,7 @@ def lazy_application_default(observer: Observer, *, concurrency: int) -> Lazy[Ap
 
         return ApplicationDefault(observer, concurrency=concurrency)
 
-    return Lazy(build)
+    return Lazy(build, what="the Google SDK (google-auth)")
 
 
 class GCPCredentialsSource(CredentialSource):

@@ -19,18 +19,24 @@ import threading
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
+from rotator import errors
+
 T = TypeVar("T")
 
 
 class Lazy(Generic[T]):
     """A value built by ``build`` on the first :meth:`get`, once. A build that raises leaves
     nothing built: the next :meth:`get` tries again (the reconcile that asked fails and is
-    retried as any other)."""
+    retried as any other). An SDK that cannot be imported is
+    :class:`~rotator.errors.ProviderRejected` naming the missing module (``what`` says which
+    SDK): a broken installation, permanent until the controller is fixed and restarted, shown
+    where the user looks instead of retried as an unexpected error."""
 
     _value: T
 
-    def __init__(self, build: Callable[[], T]) -> None:
+    def __init__(self, build: Callable[[], T], *, what: str = "the provider's SDK") -> None:
         self._build = build
+        self._what = what
         self._built = False
         self._lock = threading.Lock()
 
@@ -52,6 +58,14 @@ class Lazy(Generic[T]):
         if not self._built:  # set only once _value is: read without the lock after that
             with self._lock:
                 if not self._built:
-                    self._value = self._build()
+                    try:
+                        self._value = self._build()
+                    except ImportError as exc:
+                        raise errors.ProviderRejected(
+                            f"{self._what} could not be imported (module "
+                            f"{exc.name or 'unknown'}): this controller's installation is "
+                            "incomplete",
+                            code="ImportError",
+                        ) from None
                     self._built = True
         return self._value
