@@ -17,8 +17,9 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
-from controllers.reconcilers import secretviews
-from controllers.runtime import objects
+from controllers.reconcilers import api, secretviews
+from controllers.runtime import apply, objects
+from controllers.runtime import client as clients
 from controllers.runtime.objects import Body
 
 MAX_PENDING = 65536
@@ -70,6 +71,27 @@ class OwnWrites:
             if desired is None or self._bases.get(key) != cached_version:
                 return None
             return desired
+
+    def apply_secret(
+        self, api_client: clients.Client, desired: Body, cached: Mapping[str, Any] | None
+    ) -> Body:
+        """Server-side applies Secret ``desired``, decided on ``cached`` (the cache's copy, None
+        when there was none): the write carries its resourceVersion as a precondition, is
+        recorded (:meth:`expect`) before it is sent, and forgotten if it fails — not written,
+        the cache is not behind it. Returns the written Secret."""
+        base = objects.meta(cached).get("resourceVersion") if cached else None
+        self.expect(desired, over=base)  # its event is no reason to reconcile again
+        try:
+            return apply.apply(
+                api_client,
+                objects.SECRETS,
+                desired,
+                field_manager=api.FIELD_MANAGER,
+                resource_version=base,
+            )
+        except Exception:
+            self.forget(objects.key_of(desired))
+            raise
 
     def is_echo(self, obj: Body) -> bool:
         """Whether ``obj`` holds exactly what this process last wrote (consumed on a match)."""

@@ -318,19 +318,7 @@ class PolicyReconciler:
             change = Change.REPAIRED  # metadata edited, or state that no longer applies
         else:
             return Change.NONE
-        base = objects.meta(actual).get("resourceVersion") if actual else None
-        self._own_writes.expect(desired, over=base)  # its event is no reason to reconcile again
-        try:
-            written = apply.apply(
-                self._api,
-                objects.SECRETS,
-                desired,
-                field_manager=api.FIELD_MANAGER,
-                resource_version=base,
-            )
-        except Exception:
-            self._own_writes.forget(key)  # not written: the cache is not behind it
-            raise
+        written = self._own_writes.apply_secret(self._api, desired, actual)
         if leftover := derived.stale_annotations(written, md["annotations"]):
             # set by hand (another field manager owns them), which an apply cannot remove
             written = self._api.patch(

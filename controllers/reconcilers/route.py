@@ -253,19 +253,7 @@ class RouteReconciler:
             and apply.subset(desired["metadata"], known.get("metadata"))
         ):
             return
-        base = objects.meta(actual).get("resourceVersion") if actual else None
-        self._own_writes.expect(desired, over=base)  # its event is no reason to reconcile again
-        try:
-            apply.apply(
-                self._api,
-                objects.SECRETS,
-                desired,
-                field_manager=api.FIELD_MANAGER,
-                resource_version=base,
-            )
-        except Exception:
-            self._own_writes.forget(key)  # not written: the cache is not behind it
-            raise
+        self._own_writes.apply_secret(self._api, desired, actual)
         log.info("route.config_written", secret_name=name, config_hash=digest[:12])
 
 
