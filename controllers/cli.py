@@ -328,6 +328,7 @@ def _run(
         health_probe_bind_address=args.health_probe_bind_address,
         leader_election=election,
         identity=identity,
+        freeze_heap=True,
         informer=InformerOptions(resync_period=args.sync_period),
     )
     clock = clocks.RealClock()  # the one time source of the manager and the reconcilers

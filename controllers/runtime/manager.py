@@ -39,6 +39,7 @@ from controllers.runtime import controller as controllers
 from controllers.runtime import (
     events,
     health,
+    heap,
     leaderelection,
     metricsauth,
     reconcile,
@@ -80,6 +81,10 @@ class ManagerOptions:
     """Name reported on Events. Defaults to ``rotator``."""
     identity: str = "rotator"
     """This process, for Events (``reportingInstance``)."""
+    freeze_heap: bool = False
+    """Pause the cyclic garbage collector while the caches sync and freeze what they loaded
+    (:mod:`.heap`): process-wide, so for the composition root (``rotator run`` sets it), not
+    for a manager inside a test's process. Defaults to False."""
 
 
 class Manager:
@@ -158,10 +163,9 @@ class Manager:
         self._start_servers()
         self.scheduler.start()
         self.recorder.start()
-        self.cache.start()
         failed = False
         try:
-            if self._wait_for_sync(stop):
+            if self._start_cache(stop):
                 le = self.options.leader_election
                 if le is None:
                     self._start_controllers()
@@ -173,6 +177,15 @@ class Manager:
         finally:
             drained = self._shutdown()
         return EXIT_FAILED if failed or self._lost.is_set() or not drained else EXIT_OK
+
+    def _start_cache(self, stop: threading.Event) -> bool:
+        """Starts the informers and waits for them to sync; False if they did not in time."""
+        if not self.options.freeze_heap:
+            self.cache.start()
+            return self._wait_for_sync(stop)
+        with heap.loading():
+            self.cache.start()
+            return self._wait_for_sync(stop)
 
     def _start_elector(self, le: leaderelection.LeaderElectionOptions) -> None:
         elector = leaderelection.LeaderElector(
