@@ -5,6 +5,8 @@ from __future__ import annotations
 import io
 import json
 import logging
+from collections.abc import MutableMapping
+from typing import Any
 
 import structlog
 
@@ -26,5 +28,29 @@ def test_debug_logging_never_lets_botocore_bodies_through() -> None:
         event = json.loads(output.strip().splitlines()[-1])
         assert event["event"] == "reconcile.done"
         assert event["token"] == logs.REDACTED
+    finally:
+        logs.configure("json", "debug")
+
+
+def test_a_call_below_the_level_returns_before_any_processor_runs() -> None:
+    """Reconciles log at debug; at the deployed level (info) those calls must cost nothing: the
+    processors (context merge, timestamp, redaction) are never reached. Fails with structlog's
+    stdlib wrapper, which runs them all and lets logging drop the record afterwards."""
+    stream = io.StringIO()
+    logs.configure("json", "info", stream=stream)
+    seen: list[str] = []
+
+    def count(_: object, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+        seen.append(str(event["event"]))
+        return event
+
+    try:
+        structlog.configure(processors=[count, *structlog.get_config()["processors"]])
+        log = structlog.get_logger("test")
+        log.debug("reconcile.started")
+        log.info("route.config_written")
+        assert seen == ["route.config_written"]
+        assert "reconcile.started" not in stream.getvalue()
+        assert "route.config_written" in stream.getvalue()
     finally:
         logs.configure("json", "debug")
