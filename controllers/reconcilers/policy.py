@@ -101,7 +101,9 @@ class PolicyReconciler:
         now = self._clock.now()
         served = derived.read(self._managed.get(self._derived_key(policy)))
         self._observe(policy, served)
-        reads = self._secret_getter(request.namespace)
+        # a provider's inputs are read at every renewal, a copy's once per source version
+        keep = source is not None and source.calls_provider(policy["spec"])
+        reads = self._secret_getter(request.namespace, keep=keep)
         ctx = SourceContext(
             policy,
             reads,
@@ -288,8 +290,8 @@ class PolicyReconciler:
         md = policy["metadata"]
         return objects.make_key(md["namespace"], api.derived_secret_name(md["name"]))
 
-    def _secret_getter(self, namespace: str) -> SourceReads:
-        return SourceReads(self._secrets, namespace)
+    def _secret_getter(self, namespace: str, *, keep: bool = True) -> SourceReads:
+        return SourceReads(self._secrets, namespace, keep=keep)
 
     def _write_derived(
         self,
@@ -622,13 +624,14 @@ class SourceReads:
     resourceVersion of each body returned — what a copy records as
     ``rotator.dev/source-version``: the versions actually read, not the cache's idea of them."""
 
-    def __init__(self, secrets: FullObjectReader, namespace: str) -> None:
+    def __init__(self, secrets: FullObjectReader, namespace: str, *, keep: bool = True) -> None:
         self._secrets = secrets
         self._namespace = namespace
+        self._keep = keep  # whether the reader keeps the bodies (FullObjectReader.get)
         self.versions: dict[str, str] = {}
 
     def __call__(self, name: str) -> Mapping[str, str] | None:
-        secret = self._secrets.get(self._namespace, name)
+        secret = self._secrets.get(self._namespace, name, keep=self._keep)
         if secret is None:
             return None
         md = objects.meta(secret)

@@ -412,12 +412,13 @@ class CopyWorld:
             clients.Client(ApiClient(Configuration())), objects.SECRETS, metadata_only=True
         )
         self.versions = metadata.store
+        self.reader = FullObjectReader(cast(clients.Client, self.api), metadata)
         self.policies, self.managed = Store(), Store()
         self.reconciler = PolicyReconciler(
             api_client=cast(clients.Client, self.api),
             policies=self.policies,
             managed_secrets=self.managed,
-            secrets=FullObjectReader(cast(clients.Client, self.api), metadata),
+            secrets=self.reader,
             secret_versions=self.versions,
             sources={"APIKey": APIKeySource()},
             recorder=cast(events.EventRecorder, Events()),
@@ -494,6 +495,17 @@ def test_a_copy_recorded_with_uids_before_the_upgrade_reads_nothing_either(
     copy.reconcile()
     assert copy.api.gets == []
     assert copy.api.derived_writes() == []
+
+
+def test_a_copy_keeps_no_body_of_the_source_it_read(copy: CopyWorld) -> None:
+    """A copy records the version it was made from and never reads that version again, so the
+    body reader keeps nothing of it (an API-key source per chain held ~340 bytes each).
+    Mutation caught: the reads of a copy kept (``keep=True``)."""
+    copy.serve("sk-0", copied_from="6")
+    copy.reconcile()
+    assert copy.api.gets == [(NS, "key")]
+    assert copy.written_key() == b"sk-1"
+    assert copy.reader.cached_bytes == 0
 
 
 def test_a_source_at_another_version_is_read_once_and_recorded(copy: CopyWorld) -> None:
