@@ -135,11 +135,11 @@ def main() -> None:
         cp_cpu_before = scale.control_plane_cpu(cp)
         samplers: list[profiling.Sampler] = []
 
-        def attach() -> None:
+        def attach(pid: int) -> None:
             if args.profile:
-                samplers.append(profiling.Sampler(scale.controller_pid(controller), workdir))
+                samplers.append(profiling.Sampler(pid, workdir))
 
-        cold = scale.cold_start(controller, routes, fleet, timeout=args.timeout, started=attach)
+        cold = scale.cold_start(controller, routes, fleet, timeout=args.timeout, on_spawn=attach)
         cold_profile = samplers[0].stop() if samplers else None
         cp_cpu = {
             name: seconds - cp_cpu_before.get(name, 0.0)
@@ -156,8 +156,8 @@ def main() -> None:
         controller.stop()
         mark = log.mark()
         started = time.monotonic()
-        controller.start()
-        attach()
+        controller.start(on_spawn=attach)
+        restart_ready = time.monotonic() - started
         scale.settle(controller, fleet, timeout=args.timeout)
         restart_seconds = time.monotonic() - started
         restart_profile = samplers[-1].stop() if args.profile and samplers else None
@@ -217,6 +217,7 @@ def main() -> None:
     row("Secret GETs per chain: cold start", per(secret_gets(cold_requests), args.chains))
     row("Secret GETs per chain: restart", per(secret_gets(restart_requests), args.chains))
     row("writes on the restart (leases aside)", str(len(writes(restart_requests))))
+    row("restart: seconds to ready (caches synced) and leading", f"{restart_ready:.1f} s")
     row("restart: seconds to idle", f"{restart_seconds:.1f} s")
     row(
         "restart: controller CPU",
@@ -247,7 +248,9 @@ def where_time_goes(what: str, profile: profiling.Profile | None) -> None:
     if profile is None:
         print(f"\n{what}: no profile (py-spy missing, or not allowed to attach)")
         return
-    print(f"\nwhere the {what}'s CPU goes ({profile.samples} samples holding the GIL, after ready)")
+    print(
+        f"\nwhere the {what}'s CPU goes ({profile.samples} samples holding the GIL, from the spawn)"
+    )
     print("  own time (the function itself):")
     for line in profile.top(profile.own, 12):
         print(f"    {line}")

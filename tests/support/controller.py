@@ -4,6 +4,7 @@ only by the RBAC in config/rbac — so a missing permission fails a test."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from controllers.runtime import client as clients
@@ -86,9 +87,14 @@ class ControllerProcess:
         self.runs = 0
 
     def start(
-        self, *extra: str, leader_elect: bool = True, wait_leading: bool = True
+        self,
+        *extra: str,
+        leader_elect: bool = True,
+        wait_leading: bool = True,
+        on_spawn: Callable[[int], None] | None = None,
     ) -> ControllerProcess:
-        """Starts ``rotator run`` and waits until it is ready and (``wait_leading``) leads."""
+        """Starts ``rotator run`` and waits until it is ready and (``wait_leading``) leads.
+        ``on_spawn`` is called with the process id as soon as it exists (a profiler attaches)."""
         self.runs += 1
         metrics, probes = free_port(), free_port()
         argv = [
@@ -113,6 +119,8 @@ class ControllerProcess:
             probe_port=probes,
             env=self.env,
         )
+        if on_spawn is not None:
+            on_spawn(self.proc.popen.pid)
         wait_for(
             lambda: self.proc is not None and self.proc.http(probes, "/readyz")[0] == 200,
             timeout=60,

@@ -388,16 +388,15 @@ def cold_start(
     *,
     timeout: float,
     clock: Callable[[], float] = time.monotonic,
-    started: Callable[[], None] = lambda: None,
+    on_spawn: Callable[[int], None] | None = None,
 ) -> ColdStart:
     """Starts the controller and waits until every route config holds its chain's key and the
-    controller is idle. ``routes`` must run on the same ``clock``. ``started`` is called once
-    the controller is ready (a profiler attaches then)."""
+    controller is idle. ``routes`` must run on the same ``clock``. ``on_spawn`` is called with
+    the process id as soon as it exists (a profiler attaches then)."""
     wanted = fleet.initial_keys()
     spawned = clock()
-    controller.start()
+    controller.start(on_spawn=on_spawn)
     ready = clock()
-    started()
     wait_for(
         lambda: routes.holding(wanted) == len(wanted),
         timeout=timeout,
