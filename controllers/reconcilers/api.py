@@ -39,6 +39,12 @@ MANAGED_SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
 EXPIRATION_ANNOTATION = "rotator.dev/expiration-time"
 CREDENTIAL_HASH_ANNOTATION = "rotator.dev/credential-hash"
 CONFIG_HASH_ANNOTATION = "rotator.dev/config-hash"
+CONFIG_INPUTS_ANNOTATION = "rotator.dev/config-inputs"
+"""On the route config Secret: a hash binding what its configuration was rendered from
+(``routeconfig.inputs_digest``) to the data and ``config-hash`` written with it. While a
+Route's inputs hash the same and the Secret still matches, the Route is not rendered again (a
+restart renders nothing). Not an authentication: whoever may write that Secret may also write
+the Route's inputs."""
 ROTATE_REQUESTED_ANNOTATION = "rotator.dev/rotate-requested-at"
 ROUTE_CONFIG_KEY = "config.yaml"
 

@@ -11,12 +11,18 @@ A configuration that cannot be written — larger than a Secret may hold, or ref
 server as invalid — is not retried (the same inputs fail the same way): ``Programmed`` turns False
 (``ConfigTooLarge``, ``ConfigRejected``), its message says the previous configuration is stale, and
 the next change of an input renders again.
+
+Rendering is the costly part of a reconcile that changes nothing, and a restart reconciles every
+Route: the config Secret records a hash of the inputs it was rendered from, bound to its data and
+``config-hash`` (:data:`api.CONFIG_INPUTS_ANNOTATION`), and a Route whose inputs hash the same
+and whose Secret still matches is not rendered (a restart at 10,000 routes renders none).
 """
 
 from __future__ import annotations
 
 import base64
-from typing import Any, cast
+import hashlib
+from typing import cast
 
 import structlog
 
@@ -29,6 +35,7 @@ from controllers.runtime import apply, events, objects
 from controllers.runtime import client as clients
 from controllers.runtime import clock as clocks
 from controllers.runtime import errors as api_errors
+from controllers.runtime.objects import Body
 from controllers.runtime.reconcile import Request, Result
 from controllers.runtime.store import Store
 
@@ -91,10 +98,15 @@ class RouteReconciler:
                     continue
                 if expiry is not None:
                     expiries.append(expiry)
-        text = routeconfig.render(route, resolved)
-        programmed = self._program(route, text)
+        inputs = routeconfig.inputs_digest(route, resolved)
+        in_place = self._up_to_date(route, inputs)
+        if in_place is not None:  # written from these very inputs: nothing to render
+            programmed = _programmed(route)
+        else:
+            text = routeconfig.render(route, resolved)
+            programmed = self._program(route, text, inputs)
+            in_place = routeconfig.config_hash(text) if programmed.status == "True" else None
         # spec.rolloutRestartTargets: rolled out once the configuration is in place (restarts.py)
-        in_place = routeconfig.config_hash(text) if programmed.status == "True" else None
         rollout = self._restarts.reconcile(route, in_place)
         status.write(
             self._api,
@@ -118,7 +130,25 @@ class RouteReconciler:
             waits.append(rollout.requeue_after)
         return Result(requeue_after=min(waits)) if waits else Result()
 
-    def _program(self, route: api.Route, text: str) -> conditions.Cond:
+    def _up_to_date(self, route: api.Route, inputs: str) -> str | None:
+        """The hash of the configuration in the config Secret, if it was rendered from
+        ``inputs`` and holds what was written then (:data:`api.CONFIG_INPUTS_ANNOTATION`); None
+        when it must be rendered: the inputs changed, the Secret is missing, edited, written by
+        an earlier version (no record), or our last write is not in the cache yet."""
+        md = route["metadata"]
+        key = objects.make_key(md["namespace"], api.route_config_secret_name(md["name"]))
+        actual = self._managed.get(key)
+        if actual is None or self._own_writes.unseen(key, actual) is not None:
+            return None
+        annotations = objects.meta(actual).get("annotations") or {}
+        digest = annotations.get(api.CONFIG_HASH_ANNOTATION)
+        data_digest = actual.get(secretviews.DATA_DIGEST)
+        if not isinstance(digest, str) or not isinstance(data_digest, str):
+            return None
+        wanted = _config_metadata(route, digest, _record(inputs, data_digest, digest))
+        return digest if apply.subset(wanted, actual.get("metadata")) else None
+
+    def _program(self, route: api.Route, text: str, inputs: str) -> conditions.Cond:
         """Writes the config Secret if it can be written; the ``Programmed`` condition either way.
 
         No hash in the message: a rotation rewrites the config Secret (whose annotation carries
@@ -135,7 +165,7 @@ class RouteReconciler:
                 f"a Secret can hold; {self._previous(route, name)}",
             )
         try:
-            self._ensure_config_secret(route, text, routeconfig.config_hash(text))
+            self._ensure_config_secret(route, text, routeconfig.config_hash(text), inputs)
         except api_errors.Invalid as exc:  # the API server's message names fields, not data
             log.warning("route.config_rejected", secret_name=name, error=str(exc))
             return false(
@@ -144,7 +174,7 @@ class RouteReconciler:
                 f"the API server refused Secret {name}: {_bounded([str(exc)])}; "
                 f"{self._previous(route, name)}",
             )
-        return true(api.PROGRAMMED, "Programmed", f"configuration in Secret {name}")
+        return _programmed(route)
 
     def _previous(self, route: api.Route, name: str) -> str:
         """What the gateway still loads when the new configuration could not be written."""
@@ -227,34 +257,64 @@ class RouteReconciler:
         )
         return routeconfig.ResolvedBackend(name, spec, credentials), expiry
 
-    def _ensure_config_secret(self, route: api.Route, text: str, digest: str) -> None:
+    def _ensure_config_secret(self, route: api.Route, text: str, digest: str, inputs: str) -> None:
         md = route["metadata"]
         name = api.route_config_secret_name(md["name"])
-        labels, owner_annotations = api.owner_labels(api.ROUTE_LABEL, md["name"])
-        desired: dict[str, Any] = {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": {
-                "name": name,
-                "namespace": md["namespace"],
-                "labels": {api.MANAGED_BY_LABEL: api.MANAGED_BY, **labels},
-                "annotations": {api.CONFIG_HASH_ANNOTATION: digest, **owner_annotations},
-                "ownerReferences": [owner_reference(route, "Route")],
-            },
-            "type": "Opaque",
-            "data": {api.ROUTE_CONFIG_KEY: base64.b64encode(text.encode()).decode()},
-        }
+        data = {api.ROUTE_CONFIG_KEY: base64.b64encode(text.encode()).decode()}
         key = objects.make_key(md["namespace"], name)
         actual = self._managed.get(key)
         known = self._own_writes.unseen(key, actual) or actual  # the cache may lag our write
-        if (
-            known is not None
-            and secretviews.holds_data(known, desired["data"])
-            and apply.subset(desired["metadata"], known.get("metadata"))
-        ):
-            return
+        record = _record(inputs, secretviews.data_digest(data), digest)
+        if known is not None and secretviews.holds_data(known, data):
+            # A Secret written by an earlier version has no record of its inputs and is not
+            # rewritten for it (an upgrade writes nothing): it gets one with its next
+            # configuration and is rendered at each start until then, as before. A record
+            # that is there but wrong is repaired.
+            recorded = api.CONFIG_INPUTS_ANNOTATION in (
+                objects.meta(known).get("annotations") or {}
+            )
+            wanted = _config_metadata(route, digest, record if recorded else None)
+            if apply.subset(wanted, known.get("metadata")):
+                return
+        desired: Body = {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": _config_metadata(route, digest, record),
+            "type": "Opaque",
+            "data": data,
+        }
         self._own_writes.apply_secret(self._api, desired, actual)
         log.info("route.config_written", secret_name=name, config_hash=digest[:12])
+
+
+def _config_metadata(route: api.Route, digest: str, record: str | None) -> Body:
+    """The config Secret's metadata for configuration ``digest`` (and its inputs'
+    ``record``, when given)."""
+    md = route["metadata"]
+    labels, owner_annotations = api.owner_labels(api.ROUTE_LABEL, md["name"])
+    annotations = {api.CONFIG_HASH_ANNOTATION: digest, **owner_annotations}
+    if record is not None:
+        annotations[api.CONFIG_INPUTS_ANNOTATION] = record
+    return {
+        "name": api.route_config_secret_name(md["name"]),
+        "namespace": md["namespace"],
+        "labels": {api.MANAGED_BY_LABEL: api.MANAGED_BY, **labels},
+        "annotations": annotations,
+        "ownerReferences": [owner_reference(route, "Route")],
+    }
+
+
+def _programmed(route: api.Route) -> conditions.Cond:
+    name = api.route_config_secret_name(objects.name(route))
+    return true(api.PROGRAMMED, "Programmed", f"configuration in Secret {name}")
+
+
+def _record(inputs: str, data_digest: str, digest: str) -> str:
+    """:data:`api.CONFIG_INPUTS_ANNOTATION` for a config Secret holding data of
+    ``data_digest`` (:func:`secretviews.data_digest`) and configuration hash ``digest``,
+    rendered from ``inputs``: bound to all three, so an edit of the data or of either
+    annotation no longer matches, and the configuration is rendered and repaired."""
+    return hashlib.sha256(f"{inputs}\n{data_digest}\n{digest}".encode()).hexdigest()
 
 
 def _resolved_refs(problems: dict[str, Unresolved]) -> conditions.Cond:

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
 import yaml
 
 from controllers.reconcilers import api
@@ -130,6 +131,49 @@ def render(
         "rules": rules,
     }
     return yaml.dump(config, Dumper=DUMPER, sort_keys=False, default_flow_style=False)
+
+
+RENDER_REVISION = 1
+"""Part of :func:`inputs_digest`: raise it with any change to what :func:`render` writes for
+the same inputs, so that configurations recorded as up to date are rendered again."""
+
+
+def inputs_digest(route: api.Route, backends: Mapping[str, ResolvedBackend]) -> str:
+    """SHA-256 of everything :func:`render` reads (the route's name and rules, each resolved
+    backend's spec and credentials, the format, the emitter and :data:`RENDER_REVISION`): equal
+    digests render the same text. Whole specs and rules go in, not only the fields read, so a
+    change elsewhere in them renders again (and writes nothing, the text being the same).
+
+    Why: rendering is the costly part of a reconcile that changes nothing (PyYAML builds its
+    representation in Python: ~0.3 ms a route, a third of a restart's reconciling), and this is
+    a few microseconds (orjson, keys sorted). The route config Secret records it (see
+    ``RouteReconciler``), so a restart renders only the routes whose inputs changed."""
+    md = route["metadata"]
+    resolved = {
+        name: [backend.spec, _credentials_inputs(backend.credentials)]
+        for name, backend in backends.items()
+    }
+    canonical = orjson.dumps(
+        [
+            FORMAT_VERSION,
+            RENDER_REVISION,
+            DUMPER.__name__,
+            yaml.__version__,
+            md.get("namespace", ""),
+            md.get("name", ""),
+            route["spec"]["rules"],
+            resolved,
+        ],
+        option=orjson.OPT_SORT_KEYS,
+    )
+    return hashlib.sha256(canonical).hexdigest()
+
+
+def _credentials_inputs(c: ResolvedCredentials | None) -> list[Any] | None:
+    if c is None:
+        return None
+    header = None if c.header is None else [c.header.name, c.header.format]
+    return [c.policy, c.type, dict(c.data), c.expires_at, header]
 
 
 def config_hash(text: str) -> str:

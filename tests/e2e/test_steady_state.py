@@ -4,9 +4,13 @@ counts every request the controller's ServiceAccount makes)."""
 
 from __future__ import annotations
 
+import base64
 import functools
 import json
+from typing import Any, cast
 
+from controllers.reconcilers import api as rapi
+from controllers.runtime import objects
 from tests.support.audit import AuditLog
 from tests.support.chain import Chain
 from tests.support.controller import ControllerProcess
@@ -236,3 +240,45 @@ def test_a_backend_created_with_its_policy_gets_one_status_write(
     # a first status that finds the backend valid (NoPolicy, or resolved) is no transition
     assert chain.event_reasons("before") == {"ResolvedRefs"}
     assert chain.event_reasons("together") == set()
+
+
+def test_a_route_config_edited_while_down_is_repaired_on_start(
+    chain: Chain, controller: ControllerProcess, audit_log: AuditLog
+) -> None:
+    """A restart does not render a Route whose inputs are unchanged (``rotator.dev/config-inputs``
+    on its config Secret), but that record is bound to the data and both hash annotations: an
+    edit of any of them while rotator was down is found and repaired on start, and the other
+    routes are left alone. Mutation caught: the record not bound to the data (the edited
+    configuration is kept)."""
+    build(chain, 3)
+    wait_for(controller.idle, what="settled")
+    original = {i: chain.route_config(f"r{i}") for i in range(3)}
+    assert all(
+        (chain.get("secret", rapi.route_config_secret_name(f"r{i}")) or {})["metadata"][
+            "annotations"
+        ].get(rapi.CONFIG_INPUTS_ANNOTATION)
+        for i in range(3)
+    ), "every config Secret records its inputs"
+    controller.stop()
+    edited = base64.b64encode(b"apiVersion: x\nkind: Forged\n").decode()
+    edits: dict[str, dict[str, Any]] = {
+        "r0": {"data": {rapi.ROUTE_CONFIG_KEY: edited}},
+        "r1": {"metadata": {"annotations": {rapi.CONFIG_INPUTS_ANNOTATION: "0" * 64}}},
+    }
+    for route, patch in edits.items():
+        chain.api.patch(
+            objects.SECRETS, rapi.route_config_secret_name(route), patch, namespace=chain.ns
+        )
+    mark = audit_log.mark()
+    controller.start()
+    wait_for(lambda: chain.route_config("r0") == original[0], what="r0's configuration repaired")
+
+    def inputs_record(route: str) -> str | None:
+        secret = chain.get("secret", rapi.route_config_secret_name(route)) or {}
+        annotations = secret.get("metadata", {}).get("annotations") or {}
+        return cast(str | None, annotations.get(rapi.CONFIG_INPUTS_ANNOTATION))
+
+    wait_for(lambda: inputs_record("r1") != "0" * 64, what="r1's record repaired")
+    wait_for(controller.idle, what="settled after restart")
+    rewritten = {w.name for w in audit_log.writes_since(mark) if w.resource == "secrets"}
+    assert rewritten == {rapi.route_config_secret_name("r0"), rapi.route_config_secret_name("r1")}

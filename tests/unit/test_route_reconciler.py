@@ -60,6 +60,11 @@ class World:
         self.routes, self.backends, self.policies, self.managed = Store(), Store(), Store(), Store()
         self.policies.add_index(indexes.POLICY_BY_BACKEND, indexes.policy_backends)
         self.clock = clocks.FakeClock(NOW)
+        self.restart()
+
+    def restart(self) -> None:
+        """A new reconciler over the same caches and API: a process that just started."""
+        self.own_writes = echoes.OwnWrites()
         self.reconciler = RouteReconciler(
             api_client=cast(clients.Client, self.api),
             routes=self.routes,
@@ -67,7 +72,7 @@ class World:
             policies=self.policies,
             managed_secrets=self.managed,
             recorder=cast(events.EventRecorder, self.recorder),
-            own_writes=echoes.OwnWrites(),
+            own_writes=self.own_writes,
             clock=self.clock,
         )
 

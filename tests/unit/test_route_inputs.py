@@ -1,0 +1,245 @@
+"""A Route whose inputs have not changed since its configuration was written is not rendered
+again (``rotator.dev/config-inputs`` on the config Secret): a restart renders nothing. Anything
+that makes the Secret differ from what was written — inputs, data, either hash annotation — and
+the route is rendered and, when needed, repaired. Run against in-memory stores, with the config
+Secret brought back as the informer would (managed view, echo consumed)."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from controllers.reconcilers import api, echoes, routeconfig, secretviews
+from controllers.reconcilers.route import RouteReconciler
+from controllers.runtime import objects
+from controllers.runtime.reconcile import Request
+from tests.unit.test_route_reconciler import NS, World
+
+KEY = objects.make_key(NS, api.route_config_secret_name("r"))
+
+
+@pytest.fixture
+def renders(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Counts the calls of routeconfig.render."""
+    calls: list[int] = []
+    real = routeconfig.render
+
+    def counting(*args: Any) -> str:
+        calls.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(routeconfig, "render", counting)
+    return calls
+
+
+def bring_back(world: World, own: echoes.OwnWrites, version: str) -> None:
+    """The last written config Secret as the informer delivers it: at ``version``, through the
+    managed view, its echo consumed."""
+    body = dict(world.api.secrets()[-1])
+    body["metadata"] = {**body["metadata"], "resourceVersion": version}
+    assert own.is_echo(body)
+    world.managed.upsert(secretviews.managed(body))
+
+
+def restarted(world: World) -> RouteReconciler:
+    world.restart()
+    return world.reconciler
+
+
+@pytest.fixture
+def written() -> World:
+    """Route r over backend a, its configuration written and back in the cache."""
+    world = World()
+    world.chain("a", {"apiKey": b"sk-1"})
+    world.route("a")
+    world.reconcile()
+    bring_back(world, world.own_writes, "5")
+    return world
+
+
+def edit_cached(world: World, change: Callable[[dict[str, Any]], None]) -> None:
+    cached = dict(world.managed.get(KEY) or {})
+    cached["metadata"] = {**cached["metadata"]}
+    cached["metadata"]["annotations"] = dict(cached["metadata"]["annotations"])
+    change(cached)
+    world.managed.upsert(cached)
+
+
+def writes(world: World) -> int:
+    return len(world.api.secrets())
+
+
+def test_a_restart_renders_nothing_for_a_route_whose_inputs_are_unchanged(
+    written: World, renders: list[int]
+) -> None:
+    """Mutation caught: the shortcut removed (one render per route at every start)."""
+    before, statuses = writes(written), len(written.api.statuses())
+    restarted(written).reconcile(Request(NS, "r"))
+    assert renders == []
+    assert writes(written) == before
+    assert len(written.api.statuses()) == statuses  # Programmed as it was: nothing to write
+
+
+def test_a_changed_input_renders_and_writes(written: World, renders: list[int]) -> None:
+    written.chain("a", {"apiKey": b"sk-2"})
+    restarted(written).reconcile(Request(NS, "r"))
+    assert renders == [1]
+    assert written.served() == {"a": {"apiKey": "sk-2"}}
+
+
+def test_edited_data_is_rendered_and_repaired(written: World, renders: list[int]) -> None:
+    """Mutation caught: the record not bound to the data (an edit of the data alone then kept
+    for good)."""
+    before = writes(written)
+    edit_cached(
+        written,
+        lambda s: s.update({secretviews.DATA_DIGEST: secretviews.data_digest({"x": "eA=="})}),
+    )
+    restarted(written).reconcile(Request(NS, "r"))
+    assert renders == [1]
+    assert writes(written) == before + 1
+    assert written.served() == {"a": {"apiKey": "sk-1"}}
+
+
+@pytest.mark.parametrize("annotation", [api.CONFIG_HASH_ANNOTATION, api.CONFIG_INPUTS_ANNOTATION])
+def test_an_edited_hash_annotation_is_rendered_and_repaired(
+    written: World, renders: list[int], annotation: str
+) -> None:
+    before = writes(written)
+    original = (objects.meta(written.managed.get(KEY) or {}).get("annotations") or {})[annotation]
+    edit_cached(written, lambda s: s["metadata"]["annotations"].update({annotation: "0" * 64}))
+    restarted(written).reconcile(Request(NS, "r"))
+    assert renders == [1]
+    assert writes(written) == before + 1
+    assert written.api.secrets()[-1]["metadata"]["annotations"][annotation] == original
+
+
+def test_a_config_written_before_the_record_existed_is_rendered_not_rewritten(
+    written: World, renders: list[int]
+) -> None:
+    """An upgrade writes nothing. Mutation caught: comparing with the record required (every
+    config Secret rewritten once by the upgrade's first start)."""
+    before = writes(written)
+    edit_cached(written, lambda s: s["metadata"]["annotations"].pop(api.CONFIG_INPUTS_ANNOTATION))
+    restarted(written).reconcile(Request(NS, "r"))
+    assert renders == [1]
+    assert writes(written) == before
+
+
+def test_a_write_not_back_in_the_cache_is_rendered(written: World, renders: list[int]) -> None:
+    """While the cache lags an own write, the cached Secret says nothing about what the server
+    holds: rendered and compared with that write."""
+    written.chain("a", {"apiKey": b"sk-2"})
+    written.reconciler.reconcile(Request(NS, "r"))  # written; its event not back
+    written.chain("a", {"apiKey": b"sk-1"})  # undone at once: the cache matches the inputs
+    written.reconciler.reconcile(Request(NS, "r"))
+    assert len(renders) == 2
+    assert written.served() == {"a": {"apiKey": "sk-1"}}
+
+
+# --- the digest ---------------------------------------------------------------------------------
+
+
+def base() -> tuple[Any, dict[str, routeconfig.ResolvedBackend]]:
+    """A route with every field render reads set, over two resolved backends."""
+    route: Any = {
+        "metadata": {"name": "r", "namespace": NS},
+        "spec": {
+            "rules": [
+                {
+                    "matches": [{"modelName": "m", "pathPrefix": "/v1"}],
+                    "backendRefs": [
+                        {"name": "a", "weight": 1, "priority": 0},
+                        {"name": "b", "weight": 2, "priority": 1},
+                    ],
+                }
+            ]
+        },
+    }
+    spec: Any = {
+        "schema": "OpenAI",
+        "endpoint": {"host": "h", "port": 443, "tls": {"enabled": True, "sni": "s"}},
+    }
+    creds = routeconfig.ResolvedCredentials(
+        "p",
+        "APIKey",
+        {"apiKey": "k1"},
+        "2030-01-01T00:00:00Z",
+        routeconfig.CredentialHeader("x-api-key", routeconfig.RAW),
+    )
+    return route, {
+        "a": routeconfig.ResolvedBackend("a", spec, creds),
+        "b": routeconfig.ResolvedBackend("b", spec, None),
+    }
+
+
+def _creds(**change: Any) -> Callable[[Any, Any], None]:
+    def mutate(_: Any, resolved: Any) -> None:
+        resolved["a"] = dataclasses.replace(
+            resolved["a"], credentials=dataclasses.replace(resolved["a"].credentials, **change)
+        )
+
+    return mutate
+
+
+def _endpoint(**change: Any) -> Callable[[Any, Any], None]:
+    def mutate(_: Any, resolved: Any) -> None:
+        spec = copy.deepcopy(resolved["a"].spec)
+        for path, value in change.items():
+            where = spec["endpoint"]
+            *parents, last = path.split("__")
+            for p in parents:
+                where = where[p]
+            where[last] = value
+        resolved["a"] = dataclasses.replace(resolved["a"], spec=spec)
+
+    return mutate
+
+
+def _ref(field: str, value: Any) -> Callable[[Any, Any], None]:
+    return lambda route, _: route["spec"]["rules"][0]["backendRefs"][0].update({field: value})
+
+
+MUTATIONS: dict[str, Callable[[Any, Any], None]] = {
+    "route name": lambda route, _: route["metadata"].update(name="s"),
+    "namespace": lambda route, _: route["metadata"].update(namespace="other"),
+    "match": lambda route, _: route["spec"]["rules"][0]["matches"][0].update(modelName="n"),
+    "weight": _ref("weight", 5),
+    "priority": _ref("priority", 3),
+    "backend left out": lambda _, resolved: resolved.pop("b"),
+    "schema": lambda _, r: r.update(
+        a=dataclasses.replace(r["a"], spec={**r["a"].spec, "schema": "AWSBedrock"})
+    ),
+    "host": _endpoint(host="h2"),
+    "port": _endpoint(port=8443),
+    "tls": _endpoint(tls__enabled=False),
+    "sni": _endpoint(tls__sni="t"),
+    "policy": _creds(policy="q"),
+    "type": _creds(type="AWSCredentials"),
+    "key value": _creds(data={"apiKey": "k2"}),
+    "key name": _creds(data={"other": "k1"}),
+    "expiry": _creds(expires_at="2031-01-01T00:00:00Z"),
+    "no expiry": _creds(expires_at=None),
+    "header": _creds(header=routeconfig.CredentialHeader("api-key", routeconfig.RAW)),
+    "no header": _creds(header=None),
+    "no credentials": lambda _, r: r.update(a=dataclasses.replace(r["a"], credentials=None)),
+}
+
+
+@pytest.mark.parametrize("what", sorted(MUTATIONS))
+def test_each_input_render_reads_changes_the_digest(what: str) -> None:
+    """Mutation caught: any field render reads left out of the digest (that case fails)."""
+    route, resolved = base()
+    before = routeconfig.render(route, resolved), routeconfig.inputs_digest(route, resolved)
+    MUTATIONS[what](route, resolved)
+    after = routeconfig.render(route, resolved), routeconfig.inputs_digest(route, resolved)
+    assert after[0] != before[0], "the case must change the configuration"
+    assert after[1] != before[1]
+
+
+def test_equal_inputs_have_equal_digests() -> None:
+    assert routeconfig.inputs_digest(*base()) == routeconfig.inputs_digest(*base())
