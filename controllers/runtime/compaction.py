@@ -9,7 +9,8 @@ that
 
 * every key and string is interned (``sys.intern``: a string seen before is replaced by the one
   already held; an interned string is freed as usual once nothing holds it), but the values of
-  :data:`PAYLOAD_FIELDS` and :data:`UNSHARED_FIELDS`;
+  :data:`PAYLOAD_FIELDS` and :data:`UNSHARED_FIELDS` and strings longer than
+  :data:`LONGEST_SHARED`;
 * dicts with the same keys in the same order share one table of keys (a *key-sharing* dict,
   PEP 412): a dict then holds only its values — 120 bytes for a six-key condition instead of
   272, 104 for a Secret's four-key metadata instead of 184;
@@ -55,6 +56,12 @@ UNSHARED_FIELDS = frozenset({"resourceVersion"})
 """Fields whose string values are not interned: unique to each version of each object, so an
 interned copy would only add its entry in the interning table (~35 bytes)."""
 
+LONGEST_SHARED = 63
+"""Strings longer than this are not interned: what objects repeat is short (names, namespaces,
+kinds, reasons, timestamps, uids), and a string of 64 characters or more is a digest, a token or
+a message of its own object — an entry in the interning table (~40 bytes) for nothing; a
+10,000-chain cluster caches 40,000 such digests (four per chain, on rotator's own Secrets)."""
+
 USER_KEYED = frozenset({"labels", "annotations", "matchLabels", "nodeSelector"})
 """Maps whose keys users choose: interned, never shared (see the module docstring)."""
 
@@ -97,7 +104,9 @@ class Compactor:
     def _value(self, value: Any, key: str) -> Any:
         kind = type(value)  # exact types: decoded JSON has no subclasses, and this runs per field
         if kind is str:
-            return value if key in UNSHARED_FIELDS else _intern(value)
+            if key in UNSHARED_FIELDS or len(value) > LONGEST_SHARED:
+                return value
+            return _intern(value)
         if kind is dict:
             items = {_intern(k): self._value(v, k) for k, v in value.items()}
             return items if key in USER_KEYED else self._dict(items)

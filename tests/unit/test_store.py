@@ -71,3 +71,12 @@ def test_index_added_late_covers_existing_objects() -> None:
     store.upsert(obj("a", "x", ["s1"]))
     store.add_index("refs", by_refs)
     assert [o["metadata"]["name"] for o in store.by_index("refs", "a/s1")] == ["x"]
+
+
+def test_items_of_a_namespace_are_found_without_an_index() -> None:
+    store = Store()
+    for ns, name in (("a", "x"), ("a", "y"), ("ab", "x"), ("b", "a")):
+        store.upsert(obj(ns, name, []))
+    assert sorted(o["metadata"]["name"] for o in store.items("a")) == ["x", "y"]
+    assert store.items("c") == []
+    assert len(store.items()) == 4
