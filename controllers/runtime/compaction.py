@@ -90,16 +90,7 @@ class Compactor:
         return len(self._shapes)
 
     def __call__(self, obj: Body) -> Body:
-        return self._dict(
-            {
-                _intern(k): (
-                    {_intern(name): data for name, data in v.items()}
-                    if k in PAYLOAD_FIELDS and type(v) is dict
-                    else self._value(v, k)
-                )
-                for k, v in obj.items()
-            }
-        )
+        return self._mapping(obj, "", top=True)
 
     def _value(self, value: Any, key: str) -> Any:
         kind = type(value)  # exact types: decoded JSON has no subclasses, and this runs per field
@@ -108,8 +99,7 @@ class Compactor:
                 return value
             return _intern(value)
         if kind is dict:
-            items = {_intern(k): self._value(v, k) for k, v in value.items()}
-            return items if key in USER_KEYED else self._dict(items)
+            return self._mapping(value, key)
         if kind is list:
             exact = value[:]  # a slice is allocated to its length; a decoded list is not
             for i, item in enumerate(exact):
@@ -117,23 +107,48 @@ class Compactor:
             return exact
         return value
 
-    def _dict(self, items: dict[str, Any]) -> dict[str, Any]:
-        """``items`` as a key-sharing dict, or ``items`` itself when it may not be one."""
-        if not items or len(items) > MAX_SHARED_KEYS:
-            return items
-        keys = tuple(items)
-        cls = self._shapes.get(keys)
+    def _mapping(self, value: dict[str, Any], key: str, *, top: bool = False) -> dict[str, Any]:
+        """``value`` rebuilt: a key-sharing dict when its shape may be one, else a plain dict
+        with interned keys. One pass, values converted as they are set; strings inline (most
+        values are, and a call per string was a third of the time)."""
+        cls = None if key in USER_KEYED else self._shape(value)
         if cls is None:
-            if any(type(k) is not str or k.startswith("__") for k in keys):
-                return items
-            with self._lock:
-                cls = self._shapes.get(keys)
-                if cls is None:
-                    if len(self._shapes) >= self._max_shapes:
-                        return items
-                    cls = self._shapes[keys] = type("SharedKeys", (), {})
+            return {_intern(k): self._field(k, v, top) for k, v in value.items()}
         holder = cls()
-        for k, v in items.items():
-            _set(holder, k, v)
+        for k, v in value.items():
+            kind = type(v)
+            kept = v
+            if kind is str:
+                if k not in UNSHARED_FIELDS and len(v) <= LONGEST_SHARED:
+                    kept = _intern(v)
+            elif kind is dict or kind is list:
+                kept = self._field(k, v, top)
+            # the key need not be interned: the class's shared table already holds it
+            _set(holder, k, kept)
         shared: dict[str, Any] = holder.__dict__
         return shared
+
+    def _field(self, key: str, value: Any, top: bool) -> Any:
+        if top and key in PAYLOAD_FIELDS and type(value) is dict:
+            return {_intern(name): data for name, data in value.items()}
+        return self._value(value, key)
+
+    def _shape(self, value: dict[str, Any]) -> type | None:
+        """The class whose instances' dicts share ``value``'s keys, in its order; None when it
+        may not have one: empty, too many keys, a key the class machinery would read, or the
+        table of shapes full."""
+        if not value or len(value) > MAX_SHARED_KEYS:
+            return None
+        keys = tuple(value)
+        cls = self._shapes.get(keys)
+        if cls is not None:
+            return cls
+        if any(type(k) is not str or k.startswith("__") for k in keys):
+            return None
+        with self._lock:
+            cls = self._shapes.get(keys)
+            if cls is None:
+                if len(self._shapes) >= self._max_shapes:
+                    return None
+                cls = self._shapes[keys] = type("SharedKeys", (), {})
+        return cls
