@@ -48,17 +48,28 @@ def apply(
     )
 
 
+_SCALARS = (str, bytes, int, float, bool, type(None))
+
+
 def subset(desired: Any, actual: Any) -> bool:
     """Whether ``actual`` already holds everything in ``desired``: mappings may have extra keys,
-    sequences must match item by item, scalars must be equal."""
-    if isinstance(desired, Mapping):
-        if not isinstance(actual, Mapping):
-            return False
-        return all(k in actual and subset(v, actual[k]) for k, v in desired.items())
-    if isinstance(desired, Sequence) and not isinstance(desired, str | bytes):
-        if not isinstance(actual, Sequence) or isinstance(actual, str | bytes):
-            return False
-        return len(desired) == len(actual) and all(
-            subset(d, a) for d, a in zip(desired, actual, strict=True)
+    sequences must match item by item, scalars must be equal.
+
+    Exact JSON types are tested before the ``Mapping``/``Sequence`` ABCs (~1 µs a check): every
+    reconcile that changes nothing compares its whole desired Secret and status this way
+    (30,000 of them in a restart), and the ABC checks were half a policy's no-op reconcile.
+    """
+    if isinstance(desired, _SCALARS):
+        return bool(desired == actual)
+    if isinstance(desired, (dict, Mapping)):
+        return isinstance(actual, (dict, Mapping)) and all(
+            k in actual and subset(v, actual[k]) for k, v in desired.items()
+        )
+    if isinstance(desired, (list, tuple, Sequence)):
+        return (
+            not isinstance(actual, _SCALARS)
+            and isinstance(actual, (list, tuple, Sequence))
+            and len(desired) == len(actual)
+            and all(subset(d, a) for d, a in zip(desired, actual, strict=True))
         )
     return bool(desired == actual)
