@@ -19,12 +19,13 @@ UNRELATED = 5000
 BASE_MIB = 68.0
 """``rotator run`` idle over an empty cluster (CRDs and RBAC only); 81 before the cloud SDKs
 were loaded on first use."""
-PER_CHAIN_BYTES = 12_000
+PER_CHAIN_BYTES = 10_500
 """One API-key chain: its Secret, policy, backend and route, the derived and route config
-Secrets it gets, and the controller's bookkeeping (queues, indexes, event dedup). About 8.6 KB
+Secrets it gets, and the controller's bookkeeping (queues, indexes, event dedup). About 8 KB
 of it is the cached objects (``controllers.runtime.compaction``; ``python -m tests.bench.scale``
-prints them per kind); 17,000 before key tables were shared, 27,000 before objects were
-compacted and the route config's data was replaced by a digest."""
+prints them per kind); 12,000 before the store dropped its namespace index, the Secret views
+their uids and copies their source bodies; 17,000 before key tables were shared, 27,000 before
+objects were compacted and the route config's data was replaced by a digest."""
 PER_UNRELATED_BYTES = 600
 """One 4 KiB Secret in another namespace: name, namespace and resourceVersion only (the data
 is never cached); ``make bench``'s memory benchmark measures 545."""
@@ -40,14 +41,13 @@ def ceiling_bytes(chains: int, unrelated: int) -> float:
     unrelated)``.
 
     Measured (``rotator run`` at --log-level info with the image's ``MALLOC_ARENA_MAX=2``, 2-core
-    AMD EPYC, Python 3.11): 67.8 MiB with nothing; 86 MiB at 1,000 chains and 5,000 unrelated
-    Secrets (this test); 101 MiB at 2,000 and 10,000, 214 MiB at 10,000 and 50,000
-    (``python -m tests.bench.scale``) — 12 KB per chain with 600 bytes per unrelated Secret and
-    about 3 MiB for the first chains. At 1,000 chains and 5,000 unrelated Secrets that predicts
-    68 + 3 + 11.4 + 2.9 = 85.3 MiB, and the ceiling is 1.05 * 68 + 1.2 * 17.3 = 92 MiB: 6 MiB of
-    headroom. The previous figures (17 KB per chain, 81 MiB base) measured 97-106 MiB here and
-    would fail now; so would doubling the bytes per chain (+11 MiB), and caching the unrelated
-    Secrets' data (5,000 * 5.5 KiB of base64 = 27 MiB more)."""
+    AMD EPYC, Python 3.11): 67.8 MiB with nothing; 85 MiB at 1,000 chains and 5,000 unrelated
+    Secrets (this test); 200 MiB at 10,000 and 50,000 (``python -m tests.bench.scale``) — 10.5 KB
+    per chain with 600 bytes per unrelated Secret and about 3 MiB for the first chains. At 1,000
+    chains and 5,000 unrelated Secrets that predicts 68 + 3 + 10 + 2.9 = 83.9 MiB, and the
+    ceiling is 1.05 * 68 + 1.2 * 15.9 = 90.5 MiB: 5.5 MiB of headroom. Doubling the bytes per
+    chain (+10 MiB) fails here, and so does caching the unrelated Secrets' data (5,000 * 5.5 KiB
+    of base64 = 27 MiB more)."""
     objects = WARM_MIB * MIB + PER_CHAIN_BYTES * chains + PER_UNRELATED_BYTES * unrelated
     return BASE_MARGIN * BASE_MIB * MIB + OBJECT_MARGIN * objects
 
