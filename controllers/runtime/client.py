@@ -2,11 +2,11 @@
 
 We reuse ``kubernetes.client.ApiClient`` for what it does well — kubeconfig and in-cluster
 authentication, TLS, token refresh, connection pooling — and skip its generated model classes:
-requests and responses are plain JSON, decoded once, by orjson: the caches are filled from list
-and watch bodies, and the standard library's decoder took 15 % of a restart's CPU; orjson takes
-half as long and gives the same dicts, lists and strings (it refuses invalid UTF-8 and unpaired
-surrogates, which the API server never sends; a body mangled so is a ``ConnectionFailed`` like
-any other undecodable body). Every request has a timeout, bounded further
+requests and responses are plain JSON, responses decoded once, by orjson: the caches are filled
+from list and watch bodies, and the standard library's decoder took 15 % of a restart's CPU;
+orjson takes half as long and gives the same dicts, lists and strings (it refuses invalid UTF-8
+and unpaired surrogates, which the API server never sends; a body mangled so is a
+``ConnectionFailed`` like any other undecodable body). Every request has a timeout, bounded further
 by the deadline of the reconcile it runs in (:func:`deadline`). Failures surface as the error tree
 of :mod:`controllers.runtime.errors`.
 """
@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import enum
+import json
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -330,7 +331,10 @@ class Client:
         encoded = None
         if body is not None:
             headers["Content-Type"] = content_type
-            encoded = orjson.dumps(body)
+            # the standard encoder, not orjson: it escapes every non-ASCII character, and an
+            # apply body is parsed as YAML, which refuses raw C1 controls and reads U+0085 and
+            # U+2028 as line breaks (a condition message may quote a tenant's URL)
+            encoded = json.dumps(body).encode()
         url = self._api.configuration.host + path
         if query:
             url += "?" + "&".join(f"{k}={quote(str(v))}" for k, v in query)

@@ -24,6 +24,8 @@ class Request:
     body: Any
     headers: dict[str, str] = field(default_factory=dict)
     query: str = ""
+    raw: bytes | None = None
+    """The body as sent."""
 
 
 @dataclass
@@ -82,7 +84,9 @@ class _PoolManager:
             else (timeout.connect_timeout, timeout.read_timeout)
         )
         decoded = json.loads(body) if body is not None else None
-        return self._transport.send(Request(method, path, bound, decoded, dict(headers), query))
+        return self._transport.send(
+            Request(method, path, bound, decoded, dict(headers), query, raw=body)
+        )
 
 
 @dataclass

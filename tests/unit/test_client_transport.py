@@ -60,6 +60,25 @@ def test_headers_query_and_body_are_those_apiclient_would_send() -> None:
     assert json.dumps(sent.body)  # JSON: valid YAML for an apply patch
 
 
+def test_a_body_is_sent_as_ascii_whatever_text_it_carries() -> None:
+    """An apply body is parsed as YAML, which refuses raw C1 controls and reads U+0085 and
+    U+2028 as line breaks; a condition message may quote a tenant's URL. Mutation caught:
+    encoding with orjson (raw UTF-8)."""
+    transport = FakeTransport()
+    client = transport.client()
+    message = "https://idp.example/\u0080\u0085\u2028 é"
+    client.request(
+        "POST",
+        "/api/v1/namespaces/n/secrets",
+        body={"metadata": {"name": "s"}, "status": {"conditions": [{"message": message}]}},
+        content_type="application/apply-patch+yaml",
+    )
+    (sent,) = transport.requests
+    assert sent.raw is not None
+    assert sent.raw.isascii()
+    assert json.loads(sent.raw)["status"]["conditions"][0]["message"] == message
+
+
 def test_a_request_timeout_reaches_the_pool_as_urllib3_bounds_it() -> None:
     transport = FakeTransport()
     client = clients.Client(transport, timeout=7.5)  # type: ignore[arg-type]
