@@ -43,8 +43,9 @@ CONFIG_INPUTS_ANNOTATION = "rotator.dev/config-inputs"
 """On the route config Secret: a hash binding what its configuration was rendered from
 (``routeconfig.inputs_digest``) to the data and ``config-hash`` written with it. While a
 Route's inputs hash the same and the Secret still matches, the Route is not rendered again (a
-restart renders nothing). Not an authentication: whoever may write that Secret may also write
-the Route's inputs."""
+restart renders nothing). Written with each new configuration, never alone: without it, or with
+a wrong one, the Route is rendered as before. Not an authentication: whoever may write that
+Secret may also write the Route's inputs."""
 ROTATE_REQUESTED_ANNOTATION = "rotator.dev/rotate-requested-at"
 ROUTE_CONFIG_KEY = "config.yaml"
 

@@ -264,18 +264,17 @@ class RouteReconciler:
         key = objects.make_key(md["namespace"], name)
         actual = self._managed.get(key)
         known = self._own_writes.unseen(key, actual) or actual  # the cache may lag our write
+        if (
+            known is not None
+            and secretviews.holds_data(known, data)
+            # The record of the inputs is left out of the comparison: a Secret is rewritten for
+            # what a gateway reads, never for the record alone. One without a record (written
+            # by an earlier version: an upgrade writes nothing), or with a stale or edited one,
+            # gets it with its next configuration and is rendered at each start until then.
+            and apply.subset(_config_metadata(route, digest, None), known.get("metadata"))
+        ):
+            return
         record = _record(inputs, secretviews.data_digest(data), digest)
-        if known is not None and secretviews.holds_data(known, data):
-            # A Secret written by an earlier version has no record of its inputs and is not
-            # rewritten for it (an upgrade writes nothing): it gets one with its next
-            # configuration and is rendered at each start until then, as before. A record
-            # that is there but wrong is repaired.
-            recorded = api.CONFIG_INPUTS_ANNOTATION in (
-                objects.meta(known).get("annotations") or {}
-            )
-            wanted = _config_metadata(route, digest, record if recorded else None)
-            if apply.subset(wanted, known.get("metadata")):
-                return
         desired: Body = {
             "apiVersion": "v1",
             "kind": "Secret",

@@ -134,14 +134,16 @@ def render(
 
 
 RENDER_REVISION = 1
-"""Part of :func:`inputs_digest`: raise it with any change to what :func:`render` writes for
-the same inputs, so that configurations recorded as up to date are rendered again."""
+"""Part of :func:`inputs_digest`: raise it with any change to what a configuration *says* for
+the same inputs, so that those recorded as up to date are rendered again. Not for a change of
+layout alone (PyYAML's version, libyaml or not): the text written then is the same YAML, and a
+record of its inputs stays true."""
 
 
 def inputs_digest(route: api.Route, backends: Mapping[str, ResolvedBackend]) -> str:
     """SHA-256 of everything :func:`render` reads (the route's name and rules, each resolved
-    backend's spec and credentials, the format, the emitter and :data:`RENDER_REVISION`): equal
-    digests render the same text. Whole specs and rules go in, not only the fields read, so a
+    backend's spec and credentials, the format and :data:`RENDER_REVISION`): equal digests
+    render the same configuration. Whole specs and rules go in, not only the fields read, so a
     change elsewhere in them renders again (and writes nothing, the text being the same).
 
     Why: rendering is the costly part of a reconcile that changes nothing (PyYAML builds its
@@ -157,8 +159,6 @@ def inputs_digest(route: api.Route, backends: Mapping[str, ResolvedBackend]) -> 
         [
             FORMAT_VERSION,
             RENDER_REVISION,
-            DUMPER.__name__,
-            yaml.__version__,
             md.get("namespace", ""),
             md.get("name", ""),
             route["spec"]["rules"],

@@ -246,24 +246,22 @@ def test_a_route_config_edited_while_down_is_repaired_on_start(
     chain: Chain, controller: ControllerProcess, audit_log: AuditLog
 ) -> None:
     """A restart does not render a Route whose inputs are unchanged (``rotator.dev/config-inputs``
-    on its config Secret), but that record is bound to the data and both hash annotations: an
-    edit of any of them while rotator was down is found and repaired on start, and the other
-    routes are left alone. Mutation caught: the record not bound to the data (the edited
-    configuration is kept)."""
+    on its config Secret), but that record is bound to the data and ``config-hash``: an edit of
+    either while rotator was down is found and repaired on start; an edited record alone costs a
+    render and no write; the untouched route is left alone. Mutation caught: the record not
+    bound to the data (the edited configuration is kept)."""
     build(chain, 3)
     wait_for(controller.idle, what="settled")
     original = {i: chain.route_config(f"r{i}") for i in range(3)}
-    assert all(
-        (chain.get("secret", rapi.route_config_secret_name(f"r{i}")) or {})["metadata"][
-            "annotations"
-        ].get(rapi.CONFIG_INPUTS_ANNOTATION)
-        for i in range(3)
-    ), "every config Secret records its inputs"
+    hashes = {i: chain.config_hash(f"r{i}") for i in range(3)}
+    assert all(inputs_record(chain, f"r{i}") for i in range(3)), "each records its inputs"
     controller.stop()
     edited = base64.b64encode(b"apiVersion: x\nkind: Forged\n").decode()
+    annotation = {rapi.CONFIG_HASH_ANNOTATION: "0" * 64}
     edits: dict[str, dict[str, Any]] = {
         "r0": {"data": {rapi.ROUTE_CONFIG_KEY: edited}},
-        "r1": {"metadata": {"annotations": {rapi.CONFIG_INPUTS_ANNOTATION: "0" * 64}}},
+        "r1": {"metadata": {"annotations": annotation}},
+        "r2": {"metadata": {"annotations": {rapi.CONFIG_INPUTS_ANNOTATION: "0" * 64}}},
     }
     for route, patch in edits.items():
         chain.api.patch(
@@ -272,13 +270,14 @@ def test_a_route_config_edited_while_down_is_repaired_on_start(
     mark = audit_log.mark()
     controller.start()
     wait_for(lambda: chain.route_config("r0") == original[0], what="r0's configuration repaired")
-
-    def inputs_record(route: str) -> str | None:
-        secret = chain.get("secret", rapi.route_config_secret_name(route)) or {}
-        annotations = secret.get("metadata", {}).get("annotations") or {}
-        return cast(str | None, annotations.get(rapi.CONFIG_INPUTS_ANNOTATION))
-
-    wait_for(lambda: inputs_record("r1") != "0" * 64, what="r1's record repaired")
+    wait_for(lambda: chain.config_hash("r1") == hashes[1], what="r1's config-hash repaired")
     wait_for(controller.idle, what="settled after restart")
+    assert chain.route_config("r2") == original[2]
     rewritten = {w.name for w in audit_log.writes_since(mark) if w.resource == "secrets"}
     assert rewritten == {rapi.route_config_secret_name("r0"), rapi.route_config_secret_name("r1")}
+
+
+def inputs_record(chain: Chain, route: str) -> str | None:
+    secret = chain.get("secret", rapi.route_config_secret_name(route)) or {}
+    annotations = secret.get("metadata", {}).get("annotations") or {}
+    return cast(str | None, annotations.get(rapi.CONFIG_INPUTS_ANNOTATION))
