@@ -26,7 +26,7 @@ from typing import Any, cast
 
 import structlog
 
-from controllers.reconcilers import api, conditions, derived, echoes, status
+from controllers.reconcilers import api, conditions, derived, echoes, indexes, status
 from controllers.reconcilers.conditions import false, true
 from controllers.reconcilers.credentialsources import (
     CredentialSource,
@@ -101,9 +101,7 @@ class PolicyReconciler:
         now = self._clock.now()
         served = derived.read(self._managed.get(self._derived_key(policy)))
         self._observe(policy, served)
-        # a provider's inputs are read at every renewal, a copy's once per source version
-        keep = source is not None and source.calls_provider(policy["spec"])
-        reads = self._secret_getter(request.namespace, keep=keep)
+        reads = self._secret_getter(request.namespace)
         ctx = SourceContext(
             policy,
             reads,
@@ -224,6 +222,8 @@ class PolicyReconciler:
                 denied = WriteForbidden(f"rotator may not write Secrets here: {exc}")
                 return self._failed(policy, denied, ctx)
             raise
+        if copied_from is not None:
+            self._release_sources(policy, source)
         return self._serving(policy, source, credential, change, ctx)
 
     def _discard(
@@ -290,8 +290,19 @@ class PolicyReconciler:
         md = policy["metadata"]
         return objects.make_key(md["namespace"], api.derived_secret_name(md["name"]))
 
-    def _secret_getter(self, namespace: str, *, keep: bool = True) -> SourceReads:
-        return SourceReads(self._secrets, namespace, keep=keep)
+    def _secret_getter(self, namespace: str) -> SourceReads:
+        return SourceReads(self._secrets, namespace)
+
+    def _release_sources(self, policy: api.Policy, source: CredentialSource) -> None:
+        """Drops the kept bodies of the Secrets a copy was just made from: the derived Secret
+        records their versions, so this policy reads them again only once they change. A body
+        another policy also reads is kept for it (one GET per source change however many
+        policies copy it), and so is one whose copy failed (its retries read nothing)."""
+        namespace = objects.namespace(policy)
+        for name in _source_names(source, policy):
+            key = objects.make_key(namespace, name)
+            if len(self._policies.by_index(indexes.POLICY_BY_SECRET, key)) <= 1:
+                self._secrets.forget(namespace, name)
 
     def _write_derived(
         self,
@@ -624,14 +635,13 @@ class SourceReads:
     resourceVersion of each body returned — what a copy records as
     ``rotator.dev/source-version``: the versions actually read, not the cache's idea of them."""
 
-    def __init__(self, secrets: FullObjectReader, namespace: str, *, keep: bool = True) -> None:
+    def __init__(self, secrets: FullObjectReader, namespace: str) -> None:
         self._secrets = secrets
         self._namespace = namespace
-        self._keep = keep  # whether the reader keeps the bodies (FullObjectReader.get)
         self.versions: dict[str, str] = {}
 
     def __call__(self, name: str) -> Mapping[str, str] | None:
-        secret = self._secrets.get(self._namespace, name, keep=self._keep)
+        secret = self._secrets.get(self._namespace, name)
         if secret is None:
             return None
         md = objects.meta(secret)

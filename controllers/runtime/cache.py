@@ -153,11 +153,8 @@ class FullObjectReader:
         with self._lock:
             return self._bytes
 
-    def get(self, namespace: str, name: str, *, keep: bool = True) -> Body | None:
-        """The full object, or None when the cache says it does not exist. ``keep=False``: a
-        fetched body is not kept, for a caller that will not read this version again (a copy,
-        whose derived Secret records the version it was made from: 10,000 API-key sources kept
-        3.4 MB for reads that never came)."""
+    def get(self, namespace: str, name: str) -> Body | None:
+        """The full object, or None when the cache says it does not exist."""
         key = objects.make_key(namespace, name)
         meta = self._informer.store.get(key)
         if meta is None:
@@ -183,13 +180,20 @@ class FullObjectReader:
         encoded = json.dumps(body, separators=(",", ":")).encode()
         with self._lock:
             self._forget(key)
-            if keep and len(encoded) <= self._max_bytes // 4:
+            if len(encoded) <= self._max_bytes // 4:
                 self._bodies[key] = (objects.meta(body).get("resourceVersion"), encoded)
                 self._bytes += len(encoded)
                 while self._bytes > self._max_bytes:
                     _, (_, dropped) = self._bodies.popitem(last=False)
                     self._bytes -= len(dropped)
         return body
+
+    def forget(self, namespace: str, name: str) -> None:
+        """Drops the kept body of an object its reader will not read again at this version (a
+        copy, whose derived Secret records the version it was made from: 10,000 API-key sources
+        kept ~3.4 MB for reads that never came)."""
+        with self._lock:
+            self._forget(objects.make_key(namespace, name))
 
     def _forget(self, key: ObjectKey) -> None:
         kept = self._bodies.pop(key, None)

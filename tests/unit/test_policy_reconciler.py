@@ -414,13 +414,15 @@ class CopyWorld:
         self.versions = metadata.store
         self.reader = FullObjectReader(cast(clients.Client, self.api), metadata)
         self.policies, self.managed = Store(), Store()
+        sources = {"APIKey": APIKeySource()}
+        self.policies.add_index(indexes.POLICY_BY_SECRET, indexes.policy_secrets(sources))
         self.reconciler = PolicyReconciler(
             api_client=cast(clients.Client, self.api),
             policies=self.policies,
             managed_secrets=self.managed,
             secrets=self.reader,
             secret_versions=self.versions,
-            sources={"APIKey": APIKeySource()},
+            sources=sources,
             recorder=cast(events.EventRecorder, Events()),
             metrics=CredentialMetrics(CollectorRegistry()),
             own_writes=echoes.OwnWrites(),
@@ -506,6 +508,28 @@ def test_a_copy_keeps_no_body_of_the_source_it_read(copy: CopyWorld) -> None:
     assert copy.api.gets == [(NS, "key")]
     assert copy.written_key() == b"sk-1"
     assert copy.reader.cached_bytes == 0
+
+
+def test_a_copy_that_fails_reads_its_source_once_per_version(copy: CopyWorld) -> None:
+    """Its retries read nothing until the Secret changes: the body is released only once a copy
+    was written. Mutation caught: never keeping a copy's source (one GET per retry)."""
+    copy.api.bodies[NS, "key"]["data"] = {"other": "eA=="}  # the key the spec names is missing
+    copy.reconcile()
+    copy.reconcile()
+    assert copy.api.gets == [(NS, "key")]
+    assert copy.api.derived_writes() == []
+
+
+def test_a_source_several_policies_copy_is_read_once_per_version(copy: CopyWorld) -> None:
+    """One GET per source change however many policies copy it: the body is kept when another
+    policy reads the same Secret. Mutation caught: never keeping a copy's source (one GET per
+    policy)."""
+    second = {**copy.policy, "metadata": {**copy.policy["metadata"], "name": "p2", "uid": "u2"}}
+    copy.policies.upsert(second)
+    copy.reconcile()
+    copy.reconciler.reconcile(Request(NS, "p2"))
+    assert copy.api.gets == [(NS, "key")]
+    assert len(copy.api.derived_writes()) == 2
 
 
 def test_a_source_at_another_version_is_read_once_and_recorded(copy: CopyWorld) -> None:

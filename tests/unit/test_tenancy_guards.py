@@ -230,13 +230,14 @@ def test_the_body_reader_is_bounded_in_bytes_not_entries() -> None:
     assert bodies.gets == 50  # the newest body is served from memory
 
 
-def test_a_body_read_with_keep_false_is_returned_and_not_kept() -> None:
-    full, bodies = reader(size=10, names=1, max_bytes=1_000_000)
-    assert full.get("t", "s0", keep=False) is not None
-    assert full.cached_bytes == 0
+def test_a_forgotten_body_is_read_again() -> None:
+    full, bodies = reader(size=10, names=2, max_bytes=1_000_000)
     assert full.get("t", "s0") is not None
-    assert bodies.gets == 2  # read again: nothing was kept
-    assert full.cached_bytes > 0
+    assert full.get("t", "s1") is not None
+    full.forget("t", "s0")
+    assert full.get("t", "s0") is not None
+    assert full.get("t", "s1") is not None
+    assert bodies.gets == 3  # s0 read again, s1 still kept
 
 
 def test_each_body_read_is_the_callers_own() -> None:
