@@ -72,9 +72,10 @@ clean:
 
 ## bench: propagation latency, steady-state API requests, rotation lateness, memory against
 ## unrelated Secrets, and the controller at scale (10,000 chains and 50,000 unrelated Secrets:
-## cold start, writes per chain, RSS, restart CPU; about half an hour on 2 cores) (prints
-## figures, asserts nothing)
+## cold start, writes per chain, RSS, restart CPU; about half an hour on 2 cores), and what each
+## kind of write costs the API server (prints figures, asserts nothing)
 bench: venv
 	@assets=$$(hack/testenv.sh | tail -n 1) && export KUBEBUILDER_ASSETS="$$assets" && \
 		$(BIN)/python -m tests.bench.propagation && $(BIN)/python -m tests.bench.rotation && \
-		$(BIN)/python -m tests.bench.memory && $(BIN)/python -m tests.bench.scale
+		$(BIN)/python -m tests.bench.memory && $(BIN)/python -m tests.bench.scale && \
+		$(BIN)/python -m tests.bench.writecost
