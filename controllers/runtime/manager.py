@@ -23,6 +23,7 @@ elector is stuck.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from dataclasses import dataclass, field
 from datetime import UTC
@@ -180,10 +181,7 @@ class Manager:
 
     def _start_cache(self, stop: threading.Event) -> bool:
         """Starts the informers and waits for them to sync; False if they did not in time."""
-        if not self.options.freeze_heap:
-            self.cache.start()
-            return self._wait_for_sync(stop)
-        with heap.loading():
+        with heap.loading() if self.options.freeze_heap else contextlib.nullcontext():
             self.cache.start()
             return self._wait_for_sync(stop)
 

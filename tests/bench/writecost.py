@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -68,47 +69,41 @@ def main() -> None:
         def get(i: int) -> None:
             version(i)
 
-        def applied(round_: int) -> Callable[[int], None]:
-            def write(i: int) -> None:
-                name, namespace = where(i)
-                body = {
-                    "apiVersion": rapi.API_VERSION,
-                    "kind": "Route",
-                    "metadata": {"name": name, "namespace": namespace},
-                    "status": {"conditions": conditions(i, round_)},
-                }
-                api.patch(rapi.ROUTES, name, body, namespace=namespace,
-                          patch_type=clients.PatchType.APPLY, field_manager="bench", force=True,
-                          subresource="status")  # fmt: skip
+        def status_body(i: int, round_: int, *, precondition: bool = False) -> dict[str, Any]:
+            """Route i's status for ``round_``; with the resourceVersion read just before."""
+            name, namespace = where(i)
+            metadata = {"name": name, "namespace": namespace}
+            if precondition:
+                metadata["resourceVersion"] = version(i)
+            return {
+                "apiVersion": rapi.API_VERSION,
+                "kind": "Route",
+                "metadata": metadata,
+                "status": {"conditions": conditions(i, round_)},
+            }
 
-            return write
+        def applied(round_: int, i: int) -> None:
+            body = status_body(i, round_)
+            api.patch(rapi.ROUTES, body["metadata"]["name"], body,
+                      namespace=body["metadata"]["namespace"],
+                      patch_type=clients.PatchType.APPLY, field_manager="bench", force=True,
+                      subresource="status")  # fmt: skip
 
-        def merged(round_: int) -> Callable[[int], None]:
-            def write(i: int) -> None:
-                name, namespace = where(i)
-                body = {
-                    "metadata": {"resourceVersion": version(i)},
-                    "status": {"conditions": conditions(i, round_)},
-                }
-                api.patch(rapi.ROUTES, name, body, namespace=namespace,
-                          patch_type=clients.PatchType.MERGE, field_manager="bench",
-                          subresource="status")  # fmt: skip
+        def merged(round_: int, i: int) -> None:
+            body = status_body(i, round_, precondition=True)
+            md = body["metadata"]
+            patch = {
+                "metadata": {"resourceVersion": md["resourceVersion"]},
+                "status": body["status"],
+            }
+            api.patch(rapi.ROUTES, md["name"], patch, namespace=md["namespace"],
+                      patch_type=clients.PatchType.MERGE, field_manager="bench",
+                      subresource="status")  # fmt: skip
 
-            return write
-
-        def put(round_: int) -> Callable[[int], None]:
-            def write(i: int) -> None:
-                name, namespace = where(i)
-                body = {
-                    "apiVersion": rapi.API_VERSION,
-                    "kind": "Route",
-                    "metadata": {"name": name, "namespace": namespace,
-                                 "resourceVersion": version(i)},
-                    "status": {"conditions": conditions(i, round_)},
-                }  # fmt: skip
-                api.replace(rapi.ROUTES, body, subresource="status")
-
-            return write
+        def put(round_: int, i: int) -> None:
+            api.replace(
+                rapi.ROUTES, status_body(i, round_, precondition=True), subresource="status"
+            )
 
         def secret(i: int, name: str) -> dict[str, Any]:
             return {
@@ -132,10 +127,10 @@ def main() -> None:
 
         cases: list[tuple[str, Callable[[int], None]]] = [
             ("GET a Route", get),
-            ("status by server-side apply", applied(1)),
-            ("status by server-side apply, again", applied(2)),
-            ("status by merge patch (GET + PATCH)", merged(3)),
-            ("status by PUT (GET + PUT)", put(4)),
+            ("status by server-side apply", functools.partial(applied, 1)),
+            ("status by server-side apply, again", functools.partial(applied, 2)),
+            ("status by merge patch (GET + PATCH)", functools.partial(merged, 3)),
+            ("status by PUT (GET + PUT)", functools.partial(put, 4)),
             ("Secret created by server-side apply", secret_applied),
             ("Secret created by POST", secret_created),
         ]
