@@ -281,10 +281,10 @@ class LeaderElector:
             renewTime=_micro_time(now),
         )
         if taking_over:
+            # Every change of holder is a transition, a takeover of a released Lease (empty
+            # holder) too: client-go counts them so, and a handover by release is the usual one.
             new_spec["acquireTime"] = _micro_time(now)
-            new_spec["leaseTransitions"] = int(spec.get("leaseTransitions") or 0) + (
-                1 if holder else 0
-            )
+            new_spec["leaseTransitions"] = int(spec.get("leaseTransitions") or 0) + 1
         body = self._lease(new_spec, version)
         try:
             updated = self._api.replace(objects.LEASES, body)

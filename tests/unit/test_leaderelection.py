@@ -278,3 +278,49 @@ def test_renewals_go_on_while_the_controllers_are_starting() -> None:
             wait_for(lambda: run.reports[-1] is True, timeout=5, what="reported leading")
     finally:
         release.set()
+
+
+@pytest.mark.parametrize(
+    ("holder", "renewed_ago"),
+    [("", 0.0), ("other", OPTIONS.lease_duration + 1)],
+    ids=["released", "expired"],
+)
+def test_every_change_of_holder_counts_as_a_lease_transition(
+    holder: str, renewed_ago: float
+) -> None:
+    """client-go counts each change of holder in ``leaseTransitions``, the takeover of a Lease
+    its holder released (empty holder) as well as of one that expired. Mutation caught:
+    counting only when the previous holder was non-empty (a release then counted nothing)."""
+    clock = clocks.FakeClock()
+    transport = FakeTransport()
+    transport.objects[LEASE_PATH] = {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": NAME, "namespace": NS, "resourceVersion": "7"},
+        "spec": {
+            "holderIdentity": holder,
+            "leaseDurationSeconds": 1 if not holder else int(OPTIONS.lease_duration),
+            "leaseTransitions": 3,
+        },
+    }
+    if renewed_ago:
+        # The other holder's lease is judged by when this elector first saw it: let it age.
+        def age(request: Request) -> Reply | None:
+            if request.method == "GET":
+                clock.advance(renewed_ago)
+            return None
+
+        transport.fault = age
+    with elect(transport, clock) as run:
+        wait_for(run.started.is_set, timeout=5, what="elected")
+        spec = transport.objects[LEASE_PATH]["spec"]
+        assert spec["holderIdentity"] == "me"
+        assert spec["leaseTransitions"] == 4
+
+
+def test_a_new_lease_starts_with_no_transitions() -> None:
+    clock = clocks.FakeClock()
+    transport = FakeTransport()
+    with elect(transport, clock) as run:
+        wait_for(run.started.is_set, timeout=5, what="elected")
+        assert transport.objects[LEASE_PATH]["spec"]["leaseTransitions"] == 0
