@@ -35,7 +35,7 @@ from tests.support.controller import (
     install_rbac,
     service_account_kubeconfig,
 )
-from tests.support.existing import existing_cluster
+from tests.support.existing import existing_cluster, live_controller_paused
 
 ROLE_ARN = "arn:aws:iam::123456789012:role/bedrock"
 
@@ -187,10 +187,22 @@ def azure(
 
 
 @pytest.fixture(scope="session")
+def no_other_controller(api: clients.Client) -> Iterator[None]:
+    """On a kept cluster, its own rotator Deployment is paused while the suite's controller leads,
+    and put back as found afterwards (tests/support/existing.py)."""
+    if not EXISTING:
+        yield
+        return
+    with live_controller_paused(api):
+        yield
+
+
+@pytest.fixture(scope="session")
 def controller(
     control_plane: LocalControlPlane,
     api: clients.Client,
     installed: None,
+    no_other_controller: None,
     moto: str,
     sts: STSProxy,
     iam_proxy: IAMProxy,

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from controllers.runtime import client as clients
-from controllers.runtime import objects
+from controllers.runtime import errors, objects
 from rotator_devkit.controlplane.cluster import LocalControlPlane
 from rotator_devkit.devenv import manifests
 from tests.support.chain import AWSChain
@@ -59,19 +59,33 @@ def test_config_default_renders_the_same_with_kubectl_and_python(
 def test_config_default_applies_with_server_dry_run_then_for_real(
     control_plane: LocalControlPlane, api: clients.Client, installed: None
 ) -> None:
+    """On a kept cluster (make e2e-kind, ROTATOR_E2E_KUBECONFIG) the live Deployment is the
+    cluster owner's: it is checked by a server-side dry run only and must be left exactly as it
+    was (applying it for real replaced its image with rotator:latest and its replicas, under
+    another field manager)."""
     docs = manifests.render(manifests.CONFIG / "default", kubectl=control_plane.assets / "kubectl")
-    if isinstance(control_plane, ExistingCluster):
-        # A real cluster (make e2e-kind) runs what it applies: keep its deployed replicas at zero
-        # so that they do not compete with the suite's own controller for the leader Lease.
-        for doc in docs:
-            if doc["kind"] == "Deployment":
-                doc["spec"]["replicas"] = 0
+    deployments = manifests.KINDS["Deployment"]
+    name, namespace = "rotator-controller-manager", "rotator-system"
     manifests.apply(api, docs, dry_run=True)
+    if isinstance(control_plane, ExistingCluster):
+        before = _live(api)
+        manifests.apply(api, [d for d in docs if d["kind"] != "Deployment"])
+        assert _live(api) == before, "the kept cluster's Deployment was changed"
+        return
     manifests.apply(api, docs)
-    deployment = api.get(
-        manifests.KINDS["Deployment"], "rotator-controller-manager", namespace="rotator-system"
-    )
+    deployment = api.get(deployments, name, namespace=namespace)
     assert deployment["spec"]["template"]["spec"]["containers"][0]["image"] == "rotator:latest"
+
+
+def _live(api: clients.Client) -> dict[str, Any] | None:
+    """What the kept cluster's Deployment is: its spec and field owners, or None if absent."""
+    try:
+        found = api.get(
+            manifests.KINDS["Deployment"], "rotator-controller-manager", namespace="rotator-system"
+        )
+    except errors.NotFound:
+        return None
+    return {"spec": found["spec"], "managedFields": found["metadata"].get("managedFields")}
 
 
 def test_a_missing_rbac_rule_surfaces_as_forbidden(
