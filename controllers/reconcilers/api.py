@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from typing import Literal, NotRequired, TypedDict
+from typing import Any, Literal, NotRequired, TypedDict
 
 from controllers.runtime.objects import ObjectMeta, Resource
 
@@ -119,6 +119,11 @@ owner adds it first (any value): without it rotator does not roll the workload o
 REASON_MALFORMED_ANNOTATION = "MalformedAnnotation"
 """Policy Warning Event: an annotation rotator wrote on the derived Secret no longer parses (edited
 by hand); it is ignored and the derived Secret rewritten."""
+REASON_UNTRUSTED_SPEC_HASH = "UntrustedSpecHash"
+"""Policy Normal Event (and the refresh reason ``spec hash untrusted``): the derived Secret's
+``rotator.dev/spec-hash`` was recorded in a form that cannot say what the credential was minted
+for (rotator before 0d4801b hashed no credential block for APIKey, AWS and GCP policies), so the
+credential is minted again, once, on purpose (``spechash.Verdict.UNTRUSTED``)."""
 
 RENEW_BEFORE_HONORED = "RenewBeforeHonored"
 """Policy condition, on policies whose credentials expire: is the refresh time the one
@@ -191,6 +196,38 @@ CREDENTIAL_BLOCKS: dict[str, str] = {
     "AzureCredentials": "azureCredentials",
 }
 """Policy ``type`` → the spec field that holds its credential block."""
+
+CREDENTIAL_DEFAULTS: dict[str, dict[str, Any]] = {
+    "apiKey": {"secretRef": {"key": "apiKey"}, "header": "Authorization"},
+    "awsCredentials": {
+        "credentialsFile": {"secretRef": {"key": "credentials"}, "profile": "default"},
+        "oidcExchangeToken": {
+            "oidc": {"clientSecretRef": {"key": "client-secret"}},
+            "sessionDuration": "1h",
+        },
+        "serviceAccountToken": {"audience": "sts.amazonaws.com", "sessionDuration": "1h"},
+        "iamAccessKey": {"secretRef": {"key": "credentials"}, "rotationInterval": "24h"},
+        "assumeRole": {"sessionDuration": "1h"},
+    },
+    "gcpCredentials": {
+        "credentialsFile": {"secretRef": {"key": "service_account.json"}},
+        "workloadIdentityFederation": {
+            "oidcExchangeToken": {"oidc": {"clientSecretRef": {"key": "client-secret"}}}
+        },
+    },
+    "azureCredentials": {
+        "scope": "https://cognitiveservices.azure.com/.default",
+        "clientSecretRef": {"key": "client-secret"},
+        "oidcExchangeToken": {"oidc": {"clientSecretRef": {"key": "client-secret"}}},
+        "serviceAccountToken": {"audience": "api://AzureADTokenExchange"},
+    },
+}
+"""Credential block → what each of its fields means when absent: the CRD's defaults (a field
+whose value is a dict holds the defaults of an object field's own fields), and any optional
+field whose absence means a value without the CRD writing it. ``spechash`` hashes a field at
+this value as if absent, so a CRD that gains a default, or a new optional field left at its
+default, changes no hash. ``tests/unit/test_spec_hash.py`` checks every default in the CRD is
+here with the same value."""
 
 
 class SecretRef(TypedDict):

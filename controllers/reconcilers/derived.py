@@ -8,14 +8,12 @@ request it answers, the provider's state) is on the Secret, in the cache.
 from __future__ import annotations
 
 import base64
-import hashlib
-import json
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
-from controllers.reconcilers import api
+from controllers.reconcilers import api, spechash
 from controllers.runtime import clock as clocks
 from controllers.runtime import objects
 from rotator.credentials import Credential, content_hash
@@ -43,11 +41,21 @@ UNREADABLE_EXPIRY = 0.0
 
 
 def spec_hash(spec: api.PolicySpec) -> str:
-    """Hash of what the credential depends on: the type and its block (not targetRefs)."""
-    kind = spec["type"]
-    block = cast(Mapping[str, Any], spec).get(api.CREDENTIAL_BLOCKS.get(kind, ""))
-    text = json.dumps({"type": kind, "block": block}, sort_keys=True)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+    """Hash of what the credential depends on: the type and its block (not targetRefs), each
+    field at its default left out (:mod:`.spechash`, which also reads earlier forms)."""
+    return spechash.of(spec)
+
+
+def keep_recorded_spec_hash(
+    desired: dict[str, Any], known: Mapping[str, Any], spec: api.PolicySpec
+) -> None:
+    """Puts the ``spec-hash`` that ``known`` records on ``desired`` (built for ``spec``) when it
+    still reads as that spec in an earlier form (:func:`spechash.to_record`): a Secret whose
+    data is not changing is not rewritten only to migrate that annotation."""
+    recorded = (objects.meta(known).get("annotations") or {}).get(api.SPEC_HASH_ANNOTATION)
+    annotations = desired["metadata"]["annotations"]
+    if recorded is not None and recorded != annotations[api.SPEC_HASH_ANNOTATION]:
+        annotations[api.SPEC_HASH_ANNOTATION] = spechash.to_record(recorded, spec)
 
 
 def source_version(versions: Iterable[str]) -> str:

@@ -26,7 +26,7 @@ from typing import Any, cast
 
 import structlog
 
-from controllers.reconcilers import api, conditions, derived, echoes, indexes, status
+from controllers.reconcilers import api, conditions, derived, echoes, indexes, spechash, status
 from controllers.reconcilers.conditions import false, true
 from controllers.reconcilers.credentialsources import (
     CredentialSource,
@@ -129,6 +129,8 @@ class PolicyReconciler:
                 copied_from=served.source_version,
             )
         why = refresh_reason(policy, served, source, ctx) if minted else "copy"
+        if why == UNTRUSTED_SPEC_HASH:
+            self._untrusted_spec_hash(policy, served)
         if why is None:
             assert served is not None
             return self._serving(policy, source, served.credential, Change.NONE, ctx)
@@ -149,7 +151,7 @@ class PolicyReconciler:
         A derived Secret written before the annotation existed has none: read once, annotated."""
         if not served.intact or served.malformed or served.source_version is None:
             return False
-        if served.spec_hash != derived.spec_hash(policy["spec"]):
+        if spechash.judge(served.spec_hash, policy["spec"]) is not spechash.Verdict.CURRENT:
             return False
         versions = []
         for name in _source_names(source, policy):
@@ -286,6 +288,21 @@ class PolicyReconciler:
                 f"{', '.join(served.malformed)} does not parse; ignored, the Secret is rewritten",
             )
 
+    def _untrusted_spec_hash(self, policy: api.Policy, served: derived.Served | None) -> None:
+        """Says that the served credential is minted again because its recorded spec hash
+        cannot say what it was minted for (an earlier version's form), not by accident."""
+        name = api.derived_secret_name(objects.name(policy))
+        recorded = served.spec_hash if served is not None else None
+        log.warning("policy.untrusted_spec_hash", secret_name=name, recorded=recorded)
+        self._recorder.event(
+            policy,
+            events.NORMAL,
+            api.REASON_UNTRUSTED_SPEC_HASH,
+            f"Secret {name}: its {api.SPEC_HASH_ANNOTATION} ({recorded}) was recorded by an "
+            "earlier rotator that hashed no credential block, so it cannot say what the "
+            "credential was minted for; minting it again, once",
+        )
+
     def _derived_key(self, policy: api.Policy) -> objects.ObjectKey:
         md = policy["metadata"]
         return objects.make_key(md["namespace"], api.derived_secret_name(md["name"]))
@@ -325,12 +342,15 @@ class PolicyReconciler:
             change = Change.CREATED
         elif (known.get("data") or {}) != desired["data"]:
             change = Change.ROTATED
-        elif not apply.subset(md, known.get("metadata")) or derived.stale_annotations(
-            known, md["annotations"]
-        ):
-            change = Change.REPAIRED  # metadata edited, or state that no longer applies
         else:
-            return Change.NONE
+            # the same data: an earlier form of its spec hash that still reads is kept
+            derived.keep_recorded_spec_hash(desired, known, policy["spec"])
+            if not apply.subset(md, known.get("metadata")) or derived.stale_annotations(
+                known, md["annotations"]
+            ):
+                change = Change.REPAIRED  # metadata edited, or state that no longer applies
+            else:
+                return Change.NONE
         written = self._own_writes.apply_secret(self._api, desired, actual)
         if leftover := derived.stale_annotations(written, md["annotations"]):
             # set by hand (another field manager owns them), which an apply cannot remove
@@ -721,8 +741,8 @@ def refresh_reason(
         return "missing"
     if not served.intact or served.malformed:
         return "edited"  # its data, or an annotation that no longer parses
-    if served.spec_hash != derived.spec_hash(policy["spec"]):
-        return "spec changed"
+    if spec_reason := _SPEC_REASONS.get(spechash.judge(served.spec_hash, policy["spec"])):
+        return spec_reason
     requested = (objects.meta(policy).get("annotations") or {}).get(api.ROTATE_REQUESTED_ANNOTATION)
     if requested and requested != served.answered_request:
         return "rotation requested"
@@ -730,6 +750,16 @@ def refresh_reason(
     if due is not None and ctx.now >= due:
         return "due"
     return None
+
+
+UNTRUSTED_SPEC_HASH = "spec hash untrusted"
+"""The refresh reason of a credential whose recorded spec hash cannot say what it was minted for
+(:attr:`spechash.Verdict.UNTRUSTED`): minted again on purpose, and said so."""
+_SPEC_REASONS = {
+    spechash.Verdict.CHANGED: "spec changed",
+    spechash.Verdict.UNTRUSTED: UNTRUSTED_SPEC_HASH,
+}
+"""What the recorded spec hash's verdict makes the refresh reason (CURRENT: none)."""
 
 
 def source_calls_provider(sources: Mapping[str, CredentialSource], policy: api.Policy) -> bool:

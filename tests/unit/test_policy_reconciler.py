@@ -10,13 +10,17 @@ The recording API, the event recorder and the scripted source are those of test_
 from __future__ import annotations
 
 import base64
+import copy as copy_module
+import hashlib
+import json
 from typing import Any, cast
 
 import pytest
 from kubernetes.client import ApiClient, Configuration
 from prometheus_client import CollectorRegistry
+from structlog.testing import capture_logs
 
-from controllers.reconcilers import api, derived, echoes, indexes, tokens
+from controllers.reconcilers import api, derived, echoes, indexes, spechash, tokens
 from controllers.reconcilers.credentialsources import (
     ControllerIdentityNotAllowed,
     SecretNotFound,
@@ -989,3 +993,107 @@ def test_a_policy_gone_from_the_cache_is_forgotten(world: World) -> None:
     world.policies.delete(objects.make_key(NS, "p"))
     assert world.reconcile() is None
     assert world.registry.get_sample_value(metric, labels) is None
+
+
+# --- the spec hash across an upgrade (controllers/reconcilers/spechash.py) -------------------
+
+
+def b786434_spec_hash(spec: dict[str, Any]) -> str:
+    """What rotator up to b786434 recorded: the block as the API server served it, with the
+    CRD's defaults written out."""
+    kind = spec["type"]
+    text = json.dumps({"type": kind, "block": spec[api.CREDENTIAL_BLOCKS[kind]]}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def record_spec_hash(managed: Store, value: str) -> None:
+    """The cached derived Secret of policy ``p`` with ``value`` as its spec-hash."""
+    key = objects.make_key(NS, api.derived_secret_name("p"))
+    secret = copy_module.deepcopy(dict(managed.get(key) or {}))
+    secret["metadata"]["annotations"][api.SPEC_HASH_ANNOTATION] = value
+    managed.upsert(secret)
+
+
+def as_served_api_key(copy: CopyWorld) -> None:
+    """The copy's policy as the API server serves it: ``header`` at its CRD default."""
+    copy.policy["spec"]["apiKey"]["header"] = "Authorization"
+    copy.policies.upsert(copy.policy)
+
+
+def test_a_copy_whose_spec_hash_is_in_b786434s_form_reads_and_writes_nothing(
+    copy: CopyWorld,
+) -> None:
+    """The upgrade from b786434: its hash included the defaults, today's leaves them out; the
+    recorded value still reads as the same spec, so the copy is current and the annotation is
+    not rewritten to migrate it. Mutations caught: ``judge`` without the earlier form (one GET,
+    one write); ``keep_recorded_spec_hash`` doing nothing (one write, ``repaired``)."""
+    as_served_api_key(copy)
+    copy.serve("sk-1", copied_from="7")
+    old = b786434_spec_hash(copy.policy["spec"])
+    assert old != spechash.of(cast(api.PolicySpec, copy.policy["spec"])), "the forms differ"
+    record_spec_hash(copy.managed, old)
+    copy.reconcile()
+    assert copy.api.gets == []
+    assert copy.api.derived_writes() == []
+
+
+def test_a_spec_hash_in_b786434s_form_takes_todays_with_the_next_write_of_new_data(
+    copy: CopyWorld,
+) -> None:
+    as_served_api_key(copy)
+    copy.serve("sk-1", copied_from="7")
+    record_spec_hash(copy.managed, b786434_spec_hash(copy.policy["spec"]))
+    copy.source("sk-2", version="8")
+    copy.reconcile()
+    assert copy.written_key() == b"sk-2"
+    annotations = copy.api.derived_writes()[-1]["metadata"]["annotations"]
+    assert annotations[api.SPEC_HASH_ANNOTATION] == spechash.of(
+        cast(api.PolicySpec, copy.policy["spec"])
+    )
+
+
+def test_a_minted_credential_whose_spec_hash_is_in_b786434s_form_is_kept(world: World) -> None:
+    """Mutation caught: ``judge`` without the earlier form (minted again, ``spec changed``)."""
+    token = {
+        "serviceAccountName": "sa",
+        "awsRoleArn": "arn:aws:iam::123456789012:role/r",
+        "audience": "sts.amazonaws.com",
+        "sessionDuration": "1h",
+    }
+    world.put(spec={"awsCredentials": {"region": "us-east-1", "serviceAccountToken": token}})
+    world.serve(FRESH)
+    record_spec_hash(world.managed, b786434_spec_hash(world.policy["spec"]))
+    world.reconcile()
+    assert world.source.asked == []
+    assert world.api.secret_writes() == []
+
+
+def test_an_untrusted_spec_hash_is_minted_again_once_and_said_so(world: World) -> None:
+    """1f52da0's form (``{"block": null}``, the same for every AWS policy) cannot say what the
+    credential was minted for: minted again, on purpose, with its own reason in the log and a
+    Normal Event; the new Secret records today's form, so the next reconcile mints nothing.
+    Mutation caught: the form judged ``CHANGED`` (minted as ``spec changed``, no Event)."""
+    world.serve(FRESH)
+    text = json.dumps({"type": "AWSCredentials", "block": None}, sort_keys=True)
+    untrusted = hashlib.sha256(text.encode()).hexdigest()[:16]
+    record_spec_hash(world.managed, untrusted)
+    world.source.outcome = session(NOW, NOW + 3600, b"k2")
+    with capture_logs() as logs:
+        world.reconcile()
+    (ctx,) = world.source.asked
+    assert ctx.forced
+    (written,) = world.api.secret_writes()
+    spec = cast(api.PolicySpec, world.policy["spec"])
+    assert written["metadata"]["annotations"][api.SPEC_HASH_ANNOTATION] == spechash.of(spec)
+    assert world.event_reasons().count(("Normal", api.REASON_UNTRUSTED_SPEC_HASH)) == 1
+    said = [e for e in logs if e["event"] == "policy.untrusted_spec_hash"]
+    assert [e["recorded"] for e in said] == [untrusted]
+    minted = [e["why"] for e in logs if e["event"] == "policy.credentials_minted"]
+    assert minted == ["spec hash untrusted"]
+
+    written = copy_module.deepcopy(written)
+    written["metadata"]["resourceVersion"] = "2"
+    world.managed.upsert(written)
+    world.reconcile()
+    assert len(world.source.asked) == 1, "once"
+    assert world.event_reasons().count(("Normal", api.REASON_UNTRUSTED_SPEC_HASH)) == 1
