@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: test lint unit e2e testenv dev venv format clean bench image e2e-kind docs
+.PHONY: test lint unit e2e testenv dev venv format clean bench image e2e-kind docs chart
 
 # The virtualenv is created on first use and refreshed whenever pyproject.toml changes.
 $(STAMP): pyproject.toml devkit/pyproject.toml
@@ -17,13 +17,20 @@ $(STAMP): pyproject.toml devkit/pyproject.toml
 
 venv: $(STAMP)
 
-## lint: ruff (lint and format), mypy --strict, the import-linter layer contracts, hadolint
+## lint: ruff (lint and format), mypy --strict, the import-linter layer contracts, hadolint,
+## helm lint of the chart (Helm from hack/helm.sh: built once from its Go module, then cached)
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 	$(BIN)/hadolint Dockerfile
+	@helm=$$(hack/helm.sh | tail -n 1) && "$$helm" lint --strict charts/rotator
+
+## chart: the Helm chart's archive, dist/rotator-VERSION.tgz (helm package, after helm lint)
+chart:
+	@helm=$$(hack/helm.sh | tail -n 1) && "$$helm" lint --strict charts/rotator && \
+		"$$helm" package charts/rotator --destination dist
 
 ## docs: regenerate the CRD reference in docs/api.md (a unit test fails when it is stale)
 docs: venv
@@ -49,9 +56,12 @@ test: lint
 	@if command -v buildah >/dev/null && command -v mmdebstrap >/dev/null; then hack/image.sh; \
 	else echo "make test: buildah or mmdebstrap not installed, image not built (make image)"; fi
 
-## e2e-kind: the e2e suite against a kind cluster (needs Docker and kind; see hack/e2e-kind.sh)
+## e2e-kind: the kind suite (tests/kind) on a kind cluster built here, nothing pulled: needs Docker
+## (an engine, or root and Debian's docker.io: dockerd is started and stopped), Go, buildah and
+## mmdebstrap; KIND_KEEP=1 keeps the cluster, KIND_NODE_IMAGE uses a published node image
+## (hack/e2e-kind.sh); E2E_KIND_ARGS go to pytest
 e2e-kind: venv
-	hack/e2e-kind.sh
+	hack/e2e-kind.sh $(E2E_KIND_ARGS)
 
 ## image: build the controller image with buildah and run it as its non-root user
 image:
