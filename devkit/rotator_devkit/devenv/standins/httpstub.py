@@ -1,5 +1,6 @@
 """A base for the local HTTP stand-ins (OIDC issuer, STS proxy, GCP and Azure endpoints): a
-threaded server on a free loopback port, request counting, and switchable failure modes."""
+threaded server on a free loopback port (or, :meth:`Stub.place`, on a fixed address under a
+public host name: a Pod behind a Service), request counting, and switchable failure modes."""
 
 from __future__ import annotations
 
@@ -36,7 +37,12 @@ class Stub:
             def log_message(self, format: str, *args: Any) -> None:
                 pass
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._handler = Handler
+        self._public_host = "127.0.0.1"
+        self._serve(("127.0.0.1", 0), tls)
+
+    def _serve(self, address: tuple[str, int], tls: ssl.SSLContext | None) -> None:
+        self._server = ThreadingHTTPServer(address, self._handler)
         self._server.daemon_threads = True
         self._scheme = "http"
         if tls is not None:
@@ -44,13 +50,25 @@ class Stub:
             self._scheme = "https"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
+    def place(
+        self, address: tuple[str, int], public_host: str, *, tls: ssl.SSLContext | None = None
+    ) -> Self:
+        """Serves on ``address`` instead of a free loopback port, and names ``public_host`` in
+        :attr:`url` (what clients elsewhere reach it by: a Service's DNS name); over HTTPS with
+        ``tls`` (a certificate for ``public_host``), plain HTTP without. Before :meth:`start`."""
+        assert not self._thread.is_alive(), "place() a stand-in before starting it"
+        self._server.server_close()
+        self._serve(address, tls)
+        self._public_host = public_host
+        return self
+
     @property
     def scheme(self) -> str:
         return self._scheme
 
     @property
     def url(self) -> str:
-        return f"{self._scheme}://127.0.0.1:{self._server.server_address[1]}"
+        return f"{self._scheme}://{self._public_host}:{self._server.server_address[1]}"
 
     def start(self) -> Self:
         self._thread.start()
@@ -91,6 +109,11 @@ class Stub:
     def counted(self, what: str) -> None:
         with self._lock:
             self.counts[what] += 1
+
+    def counts_snapshot(self) -> dict[str, int]:
+        """Every count so far, safe while requests are being served."""
+        with self._lock:
+            return dict(self.counts)
 
     def remember(self, *values: str) -> None:
         """Records secret values for :attr:`issued` (empty ones are no secret)."""

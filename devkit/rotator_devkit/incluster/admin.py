@@ -1,0 +1,99 @@
+"""The in-cluster stand-ins' admin endpoint: what tests ask of them, in JSON, over HTTP on the
+``admin`` port (reached through the API server's service proxy or ``kubectl exec``; it serves
+only the test cluster that runs it, and hands out the secrets it issued, for leak scans).
+
+* ``GET /healthz`` — ``{"ok": true}`` once every stand-in serves (the readiness probe);
+* ``GET /info`` — ``env`` (the controller's, as :meth:`ProviderStandIns.controller_env` says,
+  with the files where the controller's container mounts them), ``caPEM``,
+  ``podIdentityToken``, ``issuer`` (the cluster's, trusted), ``lifetime``, ``mount``;
+* ``GET /calls`` — provider calls so far by ``<stand-in>.<action>``;
+* ``GET /issued`` — ``{"values": [...]}``, every secret value handed out or registered;
+* ``GET /samples`` — ``{"items": [...]}``: config/samples as registered at start (OIDC issuers
+  pointed here, service-account keys this GCP trusts): what to apply;
+* ``POST /register`` — ``{"policies": [...], "secrets": [...]}`` (BackendSecurityPolicy and
+  Secret objects): what they name becomes known; answers the same lists as registered;
+* ``POST /mode`` — ``{"standIn": "sts", "mode": "ok" | "fail" | "hang"}``.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler
+from pathlib import Path
+from typing import Any
+
+from rotator_devkit.devenv.providers import ProviderStandIns
+from rotator_devkit.devenv.standins.httpstub import Stub
+from rotator_devkit.incluster import settings
+
+
+class AdminEndpoint(Stub):
+    def __init__(self, standins: ProviderStandIns, *, samples: list[dict[str, Any]]) -> None:
+        super().__init__()
+        self.standins = standins
+        self.samples = samples
+        self._register_lock = threading.Lock()
+
+    def info(self) -> dict[str, Any]:
+        assert self.standins.ca_file is not None
+        mount = Path(settings.MOUNT)
+        return {
+            "env": self.standins.controller_env(
+                token_file=mount / settings.TOKEN_KEY, ca_file=mount / settings.CA_KEY
+            ),
+            "caPEM": self.standins.ca_file.read_text(),
+            "podIdentityToken": self.standins.pod_identity_token,
+            "issuer": self.standins.cluster_issuer,
+            "lifetime": self.standins.lifetime,
+            "mount": settings.MOUNT,
+        }
+
+    def register(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Registers ``policies`` reading ``secrets``; KeyError or TypeError if malformed."""
+        policies = [p for p in body.get("policies") or [] if isinstance(p, dict)]
+        secrets = [s for s in body.get("secrets") or [] if isinstance(s, dict)]
+        for doc in policies:
+            doc.setdefault("kind", "BackendSecurityPolicy")
+        for doc in secrets:
+            doc.setdefault("kind", "Secret")
+        with self._register_lock:
+            self.standins.register_documents([*secrets, *policies])
+        return {"policies": policies, "secrets": secrets}
+
+    def handle(self, handler: BaseHTTPRequestHandler, method: str, body: bytes) -> None:
+        path = handler.path.split("?")[0].rstrip("/")
+        reads: dict[str, Callable[[], Any]] = {
+            "/healthz": lambda: {"ok": True},
+            "/info": self.info,
+            "/calls": self.standins.calls,
+            "/issued": lambda: {"values": sorted(self.standins.issued())},
+            "/samples": lambda: {"items": self.samples},
+        }
+        writes: dict[str, Callable[[dict[str, Any]], Any]] = {
+            "/register": self.register,
+            "/mode": self._mode,
+        }
+        if method == "GET" and path in reads:
+            self._json(handler, 200, reads[path]())
+        elif method == "POST" and path in writes:
+            try:
+                request = json.loads(body or b"{}")
+                if not isinstance(request, dict):
+                    raise TypeError("the body is not a JSON object")
+                answer = writes[path](request)
+            except (ValueError, KeyError, TypeError, AssertionError) as exc:
+                self._json(handler, 400, {"error": f"{type(exc).__name__}: {exc}"})
+            else:
+                self._json(handler, 200, answer)
+        else:
+            self._json(handler, 404, {"error": f"no {method} {path}"})
+
+    def _mode(self, request: dict[str, Any]) -> dict[str, Any]:
+        stub = self.standins.stubs()[str(request["standIn"])]
+        stub.set_mode(str(request["mode"]))
+        return {"standIn": request["standIn"], "mode": stub.mode}
+
+    def _json(self, handler: BaseHTTPRequestHandler, status: int, body: Any) -> None:
+        self.reply(handler, status, json.dumps(body).encode(), "application/json")
