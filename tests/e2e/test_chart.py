@@ -38,6 +38,7 @@ KINDS: dict[str, Resource] = {
     "Pod": Resource("", "v1", "pods", "Pod"),
     "PodDisruptionBudget": Resource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget"),
     "NetworkPolicy": Resource("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy"),
+    "Lease": objects.LEASES,
     "ServiceMonitor": Resource("monitoring.coreos.com", "v1", "servicemonitors", "ServiceMonitor"),
 }
 

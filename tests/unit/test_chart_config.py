@@ -1,8 +1,9 @@
 """One source of truth: the chart's default render gives the objects of config/default, and with
 watchNamespaces those of config/namespaced — the same RBAC rules, Deployment spec, probes and
 security contexts — once Helm's own labels and annotations are set aside, so the two cannot
-drift. The differences are two, both stated here: the Namespace (Helm installs into a release
-namespace that it, not the chart, creates) and the PodDisruptionBudget that two replicas bring.
+drift. The differences are three, all stated here: the Namespace (Helm installs into a release
+namespace that it, not the chart, creates), the PodDisruptionBudget that two replicas bring, and
+the empty leader-election Lease (rendered so that helm uninstall deletes it).
 Also: values.schema.json turns a misspelt or mistyped value away with a message naming it."""
 
 from __future__ import annotations
@@ -16,7 +17,11 @@ from tests.support.helm import Case, Identity, Render
 
 NS = helm.NAMESPACE
 ONLY_IN_CONFIG: set[Identity] = {("Namespace", NS, "")}
-ONLY_IN_CHART: set[Identity] = {("PodDisruptionBudget", "rotator-controller-manager", NS)}
+ONLY_IN_CHART: set[Identity] = {
+    ("PodDisruptionBudget", "rotator-controller-manager", NS),
+    # empty, so that helm uninstall deletes it (config/default's goes with its Namespace)
+    ("Lease", "rotator-leader-election", NS),
+}
 
 
 def normalised(docs: list[dict[str, Any]]) -> dict[Identity, dict[str, Any]]:

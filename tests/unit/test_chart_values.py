@@ -32,6 +32,7 @@ CRDS = {
 LEADER_ELECTION = {
     ("Role", "rotator-leader-election-role", NS),
     ("RoleBinding", "rotator-leader-election-rolebinding", NS),
+    ("Lease", "rotator-leader-election", NS),
 }
 MANAGER_CLUSTER_RBAC = {
     ("ClusterRole", "rotator-manager-role", ""),
@@ -525,6 +526,12 @@ def test_another_release_name_and_namespace_name_everything_after_them(
         deployment["spec"]["template"]["spec"]["serviceAccountName"]
         == "ops-rotator-controller-manager"
     )
+    # its own Lease, the one the chart renders (two releases in a namespace never share one)
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--leader-election-id=ops-rotator-leader-election" in args
+    assert ("Lease", "ops-rotator-leader-election", "ops-system") in {
+        helm.identity(d) for d in docs
+    }
 
 
 def test_with_the_network_policy_the_helm_test_may_reach_the_probe_port(
