@@ -1,0 +1,3 @@
+module rotator.dev/hack/kind/ociwrap
+
+go 1.26.0
