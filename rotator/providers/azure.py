@@ -26,7 +26,7 @@ from rotator import errors, providercalls
 from rotator.credentials import Credential
 from rotator.observe import Observer
 from rotator.providercalls import Failure, ProviderCalls
-from rotator.providers.azure_endpoints import DEFAULT_AUTHORITY
+from rotator.providers.azure_endpoints import DEFAULT_AUTHORITY, authority_url
 
 PROVIDER = "azure-ad"
 MANAGED_IDENTITY_PROVIDER = "azure-managed-identity"
@@ -53,7 +53,7 @@ class Azure:
         monotonic: Callable[[], float] = time.monotonic,
         environ: Mapping[str, str] | None = None,
     ) -> None:
-        self._authority = authority_host
+        self._authority = authority_url(authority_host)
         self._timeout = timeout
         self._environ = os.environ if environ is None else environ
         self._calls = ProviderCalls(
@@ -115,7 +115,7 @@ class Azure:
                 client_id=ids["AZURE_CLIENT_ID"],
                 token_file_path=token_file,
                 # the webhook sets AZURE_AUTHORITY_HOST; else the one configured
-                authority=env.get("AZURE_AUTHORITY_HOST") or self._authority,
+                authority=authority_url(env.get("AZURE_AUTHORITY_HOST") or self._authority),
                 disable_instance_discovery=True,
                 connection_timeout=self._timeout,
                 read_timeout=self._timeout,
