@@ -1,0 +1,152 @@
+"""Chains as documents to apply (Secret → BackendSecurityPolicy → ServiceBackend → Route), and
+whether a namespace's rotator objects are all Ready. Documents, not API calls: the suite applies
+them with ``kubectl apply --server-side`` as a user would, hundreds at a time."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from controllers.reconcilers import api as rapi
+from tests.kind.cluster import Cluster
+from tests.support.polling import Timeout, wait_for
+
+ROLE_ARN = "arn:aws:iam::123456789012:role/bedrock"
+CALLER = "caller"
+"""The ServiceAccount the STS chains' policies wear; it opts in for every policy (``*``)."""
+KINDS = {"policy": rapi.POLICIES, "backend": rapi.BACKENDS, "route": rapi.ROUTES}
+READY = {
+    "policy": ("Ready",),
+    "backend": ("ResolvedRefs",),
+    "route": ("ResolvedRefs", "Programmed"),
+}
+STS_CALL = "AssumeRoleWithWebIdentity"
+
+
+def _object(kind: str, name: str, namespace: str, spec: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": rapi.API_VERSION,
+        "kind": kind,
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": spec,
+    }
+
+
+def backend_and_route(name: str, namespace: str, **route_spec: Any) -> list[dict[str, Any]]:
+    return [
+        _object(
+            "ServiceBackend",
+            name,
+            namespace,
+            {
+                "schema": "AWSBedrock",
+                "endpoint": {"host": "bedrock-runtime.us-east-1.amazonaws.com"},
+            },
+        ),
+        _object(
+            "Route",
+            name,
+            namespace,
+            {
+                "rules": [
+                    {"matches": [{"modelName": f"model-{name}"}], "backendRefs": [{"name": name}]}
+                ],
+                **route_spec,
+            },
+        ),
+    ]
+
+
+def sts_chains(namespace: str, count: int, *, prefix: str = "sts") -> list[dict[str, Any]]:
+    """``count`` chains whose policies exchange the :data:`CALLER` ServiceAccount's token for
+    STS sessions (``AssumeRoleWithWebIdentity``), the ServiceAccount first."""
+    docs: list[dict[str, Any]] = [
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {
+                "name": CALLER,
+                "namespace": namespace,
+                "annotations": {rapi.ALLOWED_POLICIES_ANNOTATION: "*"},
+            },
+        }
+    ]
+    for i in range(count):
+        name = f"{prefix}-{i:03d}"
+        source = {"serviceAccountName": CALLER, "awsRoleArn": ROLE_ARN}
+        docs.append(
+            _object(
+                "BackendSecurityPolicy",
+                name,
+                namespace,
+                {
+                    "type": "AWSCredentials",
+                    "targetRefs": [{"name": name}],
+                    "awsCredentials": {"region": "us-east-1", "serviceAccountToken": source},
+                },
+            )
+        )
+        docs += backend_and_route(name, namespace)
+    return docs
+
+
+def api_key_chain(namespace: str, name: str, key: str) -> list[dict[str, Any]]:
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": name, "namespace": namespace},
+            "stringData": {"apiKey": key},
+        },
+        _object(
+            "BackendSecurityPolicy",
+            name,
+            namespace,
+            {
+                "type": "APIKey",
+                "targetRefs": [{"name": name}],
+                "apiKey": {"secretRef": {"name": name}},
+            },
+        ),
+        *backend_and_route(name, namespace),
+    ]
+
+
+def policies(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [d for d in docs if d["kind"] == "BackendSecurityPolicy"]
+
+
+def conditions(obj: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c["type"]: c for c in (obj.get("status") or {}).get("conditions") or []}
+
+
+def not_ready(cluster: Cluster, namespace: str) -> list[str]:
+    """Every rotator object of the namespace whose readiness conditions are not all True
+    (policy Ready; backend ResolvedRefs; route ResolvedRefs and Programmed), with the reason."""
+    waiting = []
+    for kind, resource in KINDS.items():
+        for obj in cluster.items(resource, namespace=namespace):
+            found = conditions(obj)
+            for type_ in READY[kind]:
+                c = found.get(type_)
+                if c is None or c["status"] != "True":
+                    reason = c["reason"] if c else "no condition yet"
+                    waiting.append(f"{kind} {obj['metadata']['name']} {type_}: {reason}")
+    return waiting
+
+
+def sts_calls(calls: Mapping[str, int]) -> int:
+    """The STS web-identity exchanges among the stand-ins' call counts."""
+    return sum(n for action, n in calls.items() if action.split(".")[-1] == STS_CALL)
+
+
+def wait_all_ready(cluster: Cluster, namespace: str, *, timeout: float, what: str) -> None:
+    """Waits until :func:`not_ready` is empty; fails naming what still is not Ready."""
+    try:
+        wait_for(
+            lambda: not not_ready(cluster, namespace), timeout=timeout, interval=0.5, what=what
+        )
+    except Timeout:
+        raise Timeout(
+            f"{what}: still not Ready after {timeout} s: {not_ready(cluster, namespace)}"
+        ) from None

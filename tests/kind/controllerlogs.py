@@ -1,0 +1,137 @@
+"""The controller Pods' logs, kept by the suite: a Pod's logs vanish with it, and the faults
+delete Pods, so each container's log is followed (``kubectl logs -f``) into a file from the time
+it is first seen until it ends.
+
+The logs are JSON lines (``controllers/logs.py``) with a ``timestamp``; at ``--log-level debug``
+every reconcile logs ``reconcile.started`` and one of :data:`ENDS` with its ``reconcile_id``,
+which is how the suite tells when each replica worked (``tests/e2e/test_leader_faults.py`` reads
+host processes' logs the same way).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from tests.kind.cluster import PODS, Cluster
+
+ENDS = frozenset({"reconcile.done", "reconcile.failed", "reconcile.terminal_error"})
+
+
+@dataclass(frozen=True)
+class Reconcile:
+    key: str
+    start: float
+    end: float
+    finished: bool
+    """False: no end line (still running when the log ended)."""
+
+
+def entries(text: str) -> Iterator[tuple[float, dict[str, Any]]]:
+    for line in text.splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(entry, dict) and isinstance(entry.get("timestamp"), str):
+            at = datetime.fromisoformat(entry["timestamp"].replace("Z", "+00:00")).timestamp()
+            yield at, entry
+
+
+def logged_at(text: str, event: str, *, after: float = 0.0) -> float | None:
+    """When ``event`` was first logged after ``after`` (wall-clock seconds)."""
+    return next(
+        (at for at, entry in entries(text) if entry.get("event") == event and at >= after), None
+    )
+
+
+def reconciles(text: str, *, ended_at: float) -> list[Reconcile]:
+    starts: dict[str, tuple[str, float]] = {}
+    ends: dict[str, float] = {}
+    for at, entry in entries(text):
+        rid = entry.get("reconcile_id")
+        if not isinstance(rid, str):
+            continue
+        if entry.get("event") == "reconcile.started":
+            starts[rid] = (f"{entry.get('controller')}:{entry.get('name')}", at)
+        elif entry.get("event") in ENDS:
+            ends[rid] = at
+    return [
+        Reconcile(key, start, ends.get(rid, ended_at), rid in ends)
+        for rid, (key, start) in starts.items()
+    ]
+
+
+def longest_overlap(a: list[Reconcile], b: list[Reconcile]) -> float:
+    """The longest time a reconcile of one replica ran while one of the other's did (≤ 0:
+    never)."""
+    return max((min(x.end, y.end) - max(x.start, y.start) for x in a for y in b), default=0.0)
+
+
+class ControllerLogs:
+    """Follows the logs of every controller container it is shown, one file per container
+    incarnation (``<pod>.<restartCount>.log``)."""
+
+    def __init__(self, cluster: Cluster, namespace: str, selector: str, folder: Path) -> None:
+        self._cluster, self._ns, self._selector = cluster, namespace, selector
+        self.folder = folder
+        self._followers: dict[tuple[str, int], subprocess.Popen[bytes]] = {}
+
+    def follow(self) -> list[str]:
+        """Starts following every running controller container not followed yet; returns the
+        names of the controller Pods now running."""
+        running = []
+        for pod in self._cluster.items(PODS, namespace=self._ns, label_selector=self._selector):
+            name = pod["metadata"]["name"]
+            for status in (pod.get("status") or {}).get("containerStatuses") or []:
+                if status["name"] != "manager" or "running" not in (status.get("state") or {}):
+                    continue
+                running.append(name)
+                key = (name, int(status.get("restartCount", 0)))
+                if key in self._followers:
+                    continue
+                out = (self.folder / f"{name}.{key[1]}.log").open("wb")
+                self._followers[key] = subprocess.Popen(
+                    [
+                        self._cluster.kubectl_path,
+                        "--kubeconfig",
+                        str(self._cluster.kubeconfig),
+                        "logs",
+                        "-f",
+                        "-n",
+                        self._ns,
+                        name,
+                        "-c",
+                        "manager",
+                    ],
+                    stdout=out,
+                    stderr=subprocess.DEVNULL,
+                )
+                out.close()
+        return running
+
+    def text(self, pod: str) -> str:
+        """Everything a Pod's containers logged so far, oldest incarnation first."""
+        files = sorted(
+            self.folder.glob(f"{pod}.*.log"), key=lambda p: int(p.name.rsplit(".", 2)[1])
+        )
+        return "".join(p.read_text(errors="replace") for p in files)
+
+    def all_text(self) -> dict[str, str]:
+        return {p.name: p.read_text(errors="replace") for p in sorted(self.folder.glob("*.log"))}
+
+    def ended(self, pod: str) -> bool:
+        """Every follower of the Pod has ended (its containers are gone)."""
+        mine = [p for (name, _), p in self._followers.items() if name == pod]
+        return bool(mine) and all(p.poll() is not None for p in mine)
+
+    def stop(self) -> None:
+        for process in self._followers.values():
+            if process.poll() is None:
+                process.terminate()
+                process.wait(10)

@@ -1,0 +1,210 @@
+"""What the recorded versions of rotator's Secrets say happened: credentials issued, whether each
+was a renewal that was due or a credential minted again while the served one was still good,
+seconds during which a served credential had expired, and writes that changed nothing a consumer
+reads.
+
+The derived Secret says all of it: ``rotator.dev/issued-at`` and ``rotator.dev/expiration-time``
+of every version. A renewal is due no earlier than the schedule's earliest jittered time
+(:func:`earliest_due`): a new credential issued sooner after the one it replaced was minted
+again, not renewed.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from controllers.reconcilers import api as rapi
+from controllers.runtime import clock as clocks
+from rotator import schedule
+from tests.kind.watching import Seen
+
+POLICY_LABEL = "rotator.dev/policy"
+ROUTE_LABEL = "rotator.dev/route"
+TOLERANCE = 2.0
+"""Seconds of slack on "due": issued-at and expiration-time are whole seconds."""
+
+
+def earliest_due(issued_at: float, expires_at: float) -> float:
+    """The earliest time the default schedule renews a credential (``rotator.schedule``: 2/3 of
+    the lifetime, at most :data:`~rotator.schedule.SAFETY_MARGIN` before expiry, less the
+    jitter's full spread): 24 s after issue for a 60 s STS session."""
+    lifetime = expires_at - issued_at
+    if lifetime > 2 * schedule.SAFETY_MARGIN:
+        latest = expires_at - schedule.SAFETY_MARGIN
+    else:
+        latest = issued_at + lifetime / 2
+    base = min(issued_at + lifetime * 2 / 3, latest)
+    spread = (base - issued_at) * 10 / 100
+    base = min(base, latest - spread)
+    floor = schedule.renewal_floor(issued_at=issued_at, expires_at=expires_at)
+    return max(floor, base - spread)
+
+
+@dataclass(frozen=True)
+class Version:
+    seen_at: float
+    type: str
+    resource_version: str
+    issued_at: float | None
+    expires_at: float | None
+    credential_hash: str
+    answered_request: str
+
+
+@dataclass(frozen=True)
+class NewCredential:
+    secret: str
+    seen_at: float
+    issued_at: float
+    previous_issued_at: float
+    previous_expires_at: float
+    requested: bool
+    """It answered a new ``rotator.dev/rotate-requested-at`` (a rotation someone asked for)."""
+
+    @property
+    def due(self) -> bool:
+        due = earliest_due(self.previous_issued_at, self.previous_expires_at)
+        return self.issued_at >= due - TOLERANCE
+
+
+def _time(annotations: dict[str, str], key: str) -> float | None:
+    value = annotations.get(key)
+    return None if value is None else clocks.parse_rfc3339(value)
+
+
+class Credentials:
+    """Every recorded version of the derived Secrets (``rotator-bsp-*``) among ``events``."""
+
+    def __init__(self, events: Iterable[Seen]) -> None:
+        self.versions: dict[str, list[Version]] = {}
+        for seen in events:
+            md = seen.obj["metadata"]
+            if POLICY_LABEL not in (md.get("labels") or {}):
+                continue
+            annotations = md.get("annotations") or {}
+            self.versions.setdefault(seen.name, []).append(
+                Version(
+                    seen.at,
+                    seen.type,
+                    seen.version,
+                    _time(annotations, rapi.ISSUED_AT_ANNOTATION),
+                    _time(annotations, rapi.EXPIRATION_ANNOTATION),
+                    annotations.get(rapi.CREDENTIAL_HASH_ANNOTATION, ""),
+                    annotations.get(rapi.ANSWERED_REQUEST_ANNOTATION, ""),
+                )
+            )
+
+    def new_credentials(self, *, since: float = 0.0) -> list[NewCredential]:
+        """Each version whose credential differs from the one before it, seen after ``since``."""
+        found = []
+        for secret, versions in self.versions.items():
+            for before, after in itertools.pairwise(versions):
+                changed = after.credential_hash != before.credential_hash
+                if not changed or after.type == "DELETED" or after.seen_at < since:
+                    continue
+                if None in (before.issued_at, before.expires_at, after.issued_at):
+                    continue
+                assert before.issued_at is not None
+                assert before.expires_at is not None
+                assert after.issued_at is not None
+                found.append(
+                    NewCredential(
+                        secret,
+                        after.seen_at,
+                        after.issued_at,
+                        before.issued_at,
+                        before.expires_at,
+                        requested=after.answered_request != before.answered_request,
+                    )
+                )
+        return sorted(found, key=lambda c: c.seen_at)
+
+    def minted_again(self, *, since: float = 0.0) -> list[NewCredential]:
+        """New credentials issued before the one they replaced was due for renewal, unasked."""
+        return [c for c in self.new_credentials(since=since) if not c.due and not c.requested]
+
+    def unchanged_rewrites(self, *, since: float = 0.0) -> list[str]:
+        """Writes of a derived Secret that kept its credential and times (metadata only)."""
+        found = []
+        for secret, versions in self.versions.items():
+            for before, after in itertools.pairwise(versions):
+                if after.type != "MODIFIED" or after.seen_at < since:
+                    continue
+                if after.resource_version == before.resource_version:
+                    continue  # the same version again (a relist)
+                same = (before.credential_hash, before.issued_at, before.expires_at) == (
+                    after.credential_hash,
+                    after.issued_at,
+                    after.expires_at,
+                )
+                if same:
+                    found.append(f"{secret}@{after.resource_version}")
+        return found
+
+    def writes(self, *, since: float = 0.0) -> int:
+        return sum(
+            1
+            for versions in self.versions.values()
+            for v in versions
+            if v.type == "MODIFIED" and v.seen_at >= since
+        )
+
+    def expired_seconds(self, *, since: float, until: float) -> dict[str, float]:
+        """Secret → seconds between ``since`` and ``until`` during which the version it held
+        had expired (only Secrets with such seconds)."""
+        expired: dict[str, float] = {}
+        for secret, versions in self.versions.items():
+            total = 0.0
+            ordered = sorted(versions, key=lambda v: v.seen_at)
+            for i, version in enumerate(ordered):
+                if version.type == "DELETED" or version.expires_at is None:
+                    continue
+                start = max(version.seen_at, since)
+                end = ordered[i + 1].seen_at if i + 1 < len(ordered) else until
+                end = min(end, until)
+                total += max(0.0, end - max(start, version.expires_at))
+            if total > 0:
+                expired[secret] = round(total, 3)
+        return expired
+
+    def lifetimes(self) -> list[float]:
+        return [
+            v.expires_at - v.issued_at
+            for versions in self.versions.values()
+            for v in versions
+            if v.expires_at is not None and v.issued_at is not None
+        ]
+
+
+class RouteConfigs:
+    """Every recorded version of the route config Secrets (``rotator-route-*``)."""
+
+    def __init__(self, events: Iterable[Seen]) -> None:
+        self.versions: dict[str, list[tuple[Seen, str]]] = {}
+        for seen in events:
+            md = seen.obj["metadata"]
+            if ROUTE_LABEL not in (md.get("labels") or {}):
+                continue
+            digest = (md.get("annotations") or {}).get(rapi.CONFIG_HASH_ANNOTATION, "")
+            self.versions.setdefault(seen.name, []).append((seen, digest))
+
+    def writes(self, *, since: float = 0.0) -> int:
+        return sum(
+            1
+            for versions in self.versions.values()
+            for seen, _ in versions
+            if seen.type == "MODIFIED" and seen.at >= since
+        )
+
+    def unchanged_rewrites(self, *, since: float = 0.0) -> list[str]:
+        """Writes that left ``config.yaml`` as it was (the same config-hash)."""
+        found = []
+        for secret, versions in self.versions.items():
+            for (before, digest_before), (after, digest_after) in itertools.pairwise(versions):
+                if after.type != "MODIFIED" or after.at < since:
+                    continue
+                if after.version != before.version and digest_after == digest_before:
+                    found.append(f"{secret}@{after.version}")
+        return found
