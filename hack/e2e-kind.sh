@@ -101,10 +101,9 @@ archive_b=$work/rotator-e2e.tar
 archive_devkit=$work/rotator-devkit-e2e.tar
 images() {
   if [[ $(git -C "$checkout_a" rev-parse HEAD 2>/dev/null) != "$commit_a" ]]; then
-    rm -rf "$checkout_a"
-    git worktree prune
+    git worktree remove --force "$checkout_a" 2>/dev/null || rm -rf "$checkout_a"
     mkdir -p "$(dirname "$checkout_a")"
-    git worktree add --detach "$checkout_a" "$commit_a" >&2
+    git worktree add --force --detach "$checkout_a" "$commit_a" >&2
   fi
   local t=$SECONDS
   if [[ ! -f $archive_a ]]; then

@@ -12,7 +12,7 @@
 #     label dev.rotator.kind.cni says so): `disableDefaultCNI: true`, only then.
 #   On an ordinary host with a published image, the config is kind's own.
 #   An existing cluster of that name is never taken over: up fails (exit 3) and leaves it.
-# down: deletes the cluster and $KIND_KUBECONFIG.
+# down: deletes the cluster (and its context in $KIND_KUBECONFIG; the file stays).
 # exists: exit 0 when the cluster exists.
 # load ARCHIVE...: loads docker archives into the node (`kind load image-archive`); nothing is
 #   pulled, so Pods must name the images with a tag and imagePullPolicy IfNotPresent or Never.
@@ -114,12 +114,13 @@ up() {
 down() {
   local kind
   kind=$(kind_bin)
+  # kind removes the cluster's context from $KIND_KUBECONFIG and leaves the file: it may be a
+  # user's own (~/.kube/config) that kind merged into. The runner removes a file it made.
   if exists; then
-    "$kind" delete cluster --name "$cluster" >&2
+    "$kind" delete cluster --name "$cluster" ${KIND_KUBECONFIG:+--kubeconfig "$KIND_KUBECONFIG"} >&2
   else
     echo "cluster: no kind cluster $cluster; nothing deleted" >&2
   fi
-  if [[ -n ${KIND_KUBECONFIG:-} ]]; then rm -f "$KIND_KUBECONFIG"; fi
 }
 
 exists() { "$(kind_bin)" get clusters 2>/dev/null | grep -qx "$cluster"; }

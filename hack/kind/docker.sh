@@ -89,18 +89,23 @@ start() {
     args+=(--add-runtime "rotator-runc=$wrapper" --default-runtime rotator-runc)
     envs=(OCIWRAP_RUNC="$runc")
   fi
+  save_host_network
   echo "docker: starting dockerd (log $log)" >&2
   # setsid: its own session, so that a Ctrl-C of the caller does not reach it
   env "${envs[@]}" setsid dockerd "${args[@]}" </dev/null >>"$log" 2>&1 &
+  local started_pid=$!
+  # A dockerd that never answers (or a Ctrl-C while waiting) is stopped here, not left behind.
+  trap 'kill -TERM "$started_pid" 2>/dev/null; wait "$started_pid" 2>/dev/null; rm -f "$pidfile"; restore_host_network' EXIT
   local deadline=$((SECONDS + 60))
   until answers; do
-    if (( SECONDS > deadline )) || ! kill -0 $! 2>/dev/null; then
+    if (( SECONDS > deadline )) || ! kill -0 "$started_pid" 2>/dev/null; then
       echo "docker: dockerd did not answer within 60 s; last lines of $log:" >&2
       tail -n 20 "$log" >&2
       exit 1
     fi
     sleep 0.5
   done
+  trap - EXIT
   echo "docker: dockerd $(docker version --format '{{.Server.Version}}') answers (pid $(cat "$pidfile"))" >&2
   echo started
 }
@@ -158,7 +163,39 @@ stop() {
       ip link delete "$br" 2>/dev/null || echo "docker: could not remove bridge $br" >&2
     fi
   done
-  echo "docker: stopped dockerd (pid $pid) and removed its bridges" >&2
+  restore_host_network
+  echo "docker: stopped dockerd (pid $pid), removed its bridges, restored the host's firewall" >&2
+}
+
+# What dockerd changes on the host besides its bridges: the iptables rules (its DOCKER chains,
+# NAT, FORWARD policy DROP) and net.ipv4.ip_forward. Saved before it starts, put back after it
+# stops: a table that held nothing before is emptied (iptables-restore only touches the tables
+# its input names).
+save_host_network() {
+  local family
+  for family in iptables ip6tables; do
+    command -v "$family-save" >/dev/null || continue
+    "$family-save" >"$state/$family.before" 2>/dev/null || rm -f "$state/$family.before"
+  done
+  sysctl -n net.ipv4.ip_forward >"$state/ip_forward.before" 2>/dev/null || true
+}
+
+restore_host_network() {
+  local family table
+  for family in iptables ip6tables; do
+    [[ -f $state/$family.before ]] || continue
+    for table in $("$family-save" 2>/dev/null | sed -n 's/^\*//p'); do
+      grep -qx "\*$table" "$state/$family.before" ||
+        { "$family" -t "$table" -F && "$family" -t "$table" -X; } 2>/dev/null || true
+    done
+    "$family-restore" <"$state/$family.before" 2>/dev/null ||
+      echo "docker: could not restore the host's $family rules ($state/$family.before)" >&2
+    rm -f "$state/$family.before"
+  done
+  if [[ -f $state/ip_forward.before ]]; then
+    sysctl -qw "net.ipv4.ip_forward=$(cat "$state/ip_forward.before")" 2>/dev/null || true
+    rm -f "$state/ip_forward.before"
+  fi
 }
 
 case ${1:-} in

@@ -72,7 +72,7 @@ if [[ -f $archive ]]; then
   exit 0
 fi
 
-for tool in go gcc mmdebstrap python3; do
+for tool in go gcc mmdebstrap python3 jq pkg-config; do
   command -v "$tool" >/dev/null || { echo "node-image: building the node image needs $tool" >&2; exit 1; }
 done
 [[ $(id -u) == 0 ]] || { echo "node-image: building the node image needs root (mmdebstrap, docker)" >&2; exit 1; }
