@@ -417,12 +417,22 @@ def test_the_helm_test_may_only_create_read_and_delete_its_chain(
     renders: dict[str, Render],
 ) -> None:
     role = renders["tests defaults"].by_identity()[("Role", "rotator-helm-test", NS)]
+    chain = ["backendsecuritypolicies", "servicebackends", "routes"]
+    its_own = ["rotator-helm-test"]  # never Helm's release Secrets nor a user's policies
     assert role["rules"] == [
-        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create", "delete"]},
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
+        {
+            "apiGroups": [""],
+            "resources": ["secrets"],
+            "resourceNames": its_own,
+            "verbs": ["delete"],
+        },
+        {"apiGroups": ["rotator.dev"], "resources": chain, "verbs": ["create"]},
         {
             "apiGroups": ["rotator.dev"],
-            "resources": ["backendsecuritypolicies", "servicebackends", "routes"],
-            "verbs": ["create", "get", "delete"],
+            "resources": chain,
+            "resourceNames": its_own,
+            "verbs": ["get", "delete"],
         },
     ]
     hooks = [
