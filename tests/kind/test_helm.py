@@ -489,9 +489,4 @@ def test_helm_uninstall_leaves_nothing_but_the_kept_crds(
     for ref in crds:
         annotations = left[ref].get("annotations") or {}
         assert annotations.get(KEEP) == "keep", f"{ref} carries {KEEP}: keep"
-
-
-def test_helm_uninstall_leaves_no_leader_election_lease(cluster: Cluster, helmed: Helmed) -> None:
-    assert not helmed.release.deployed(), "the uninstall test ran first"
-    lease = cluster.get(LEASE, install.LEASE, NAMESPACE)
-    assert lease is None, f"Lease {NAMESPACE}/{install.LEASE} is left"
+    assert lease is None, f"the leader-election Lease {NAMESPACE}/{install.LEASE} is left"

@@ -127,6 +127,23 @@ def test_a_default_never_changes_value_under_the_earlier_form() -> None:
         assert changed == {}, block
 
 
+DEFAULTS_ADDED_SINCE_B786434: dict[str, dict[Any, Any]] = {}
+"""Defaults today's CRD has that b786434's did not, by block and field path, each one a value
+that the field's absence meant at b786434 too (so a hash b786434 recorded for an object without
+the field still reads as the same spec). Empty while the CRD has the defaults it had then."""
+
+
+def test_a_default_added_since_b786434_is_one_its_absence_meant_then() -> None:
+    """The earlier form is rebuilt from today's meaning, so a default today's CRD added to a
+    field b786434 left undefaulted is taken to mean what that field's absence meant then. True
+    only if someone checked: a new default must be listed above, with that reason, or this
+    fails (found by review)."""
+    for block, today in api.CREDENTIAL_DEFAULTS.items():
+        frozen = leaves(spechash._DEFAULTED_V1.get(block, {}))
+        added = {p: v for p, v in leaves(today).items() if p not in frozen}
+        assert added == DEFAULTS_ADDED_SINCE_B786434.get(block, {}), block
+
+
 @pytest.mark.parametrize(("name", "spec"), samples(), ids=[n for n, _ in samples()])
 def test_fields_at_their_default_hash_as_if_absent(name: str, spec: api.PolicySpec) -> None:
     assert spechash.of(served(spec)) == spechash.of(spec)
