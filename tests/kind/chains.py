@@ -4,6 +4,7 @@ them with ``kubectl apply --server-side`` as a user would, hundreds at a time.""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping
 from typing import Any
 
@@ -21,6 +22,16 @@ READY = {
     "route": ("ResolvedRefs", "Programmed"),
 }
 STS_CALL = "AssumeRoleWithWebIdentity"
+TEST_KEYS: set[str] = set()
+"""Every API key a test of the suite wrote into a Secret (:func:`new_api_key`): the leak scans
+look for these too, since the stand-ins' ``issued()`` knows only what they minted or were given."""
+
+
+def new_api_key(what: str) -> str:
+    """A fresh API key for a test's Secret, recorded for the leak scans."""
+    key = f"sk-kind-{what}-{uuid.uuid4().hex}"
+    TEST_KEYS.add(key)
+    return key
 
 
 def _object(kind: str, name: str, namespace: str, spec: dict[str, Any]) -> dict[str, Any]:

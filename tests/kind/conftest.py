@@ -27,6 +27,7 @@ import pytest
 from controllers.runtime import client as clients
 from tests.kind import env as kindenv
 from tests.kind import figures, install
+from tests.kind.chains import TEST_KEYS
 from tests.kind.cluster import DEPLOYMENTS, Cluster
 from tests.kind.controllerlogs import ControllerLogs
 from tests.kind.standins import StandIns, standins  # noqa: F401 - the session fixture
@@ -192,8 +193,9 @@ def namespaces(cluster: Cluster) -> Iterator[Callable[[str], str]]:
 
 
 def scan_logs(logs: ControllerLogs, standins: StandIns) -> None:  # noqa: F811
-    """No value the stand-ins minted or were given is in any followed controller log."""
-    scanner = leaks.Scanner({"the stand-ins": standins.issued()})
+    """No value the stand-ins minted or were given, nor an API key a test wrote, is in any
+    followed controller log."""
+    scanner = leaks.Scanner({"the stand-ins": standins.issued(), "the tests' API keys": TEST_KEYS})
     found = [
         f"{name}: {leak}"
         for name, text in logs.all_text().items()

@@ -10,7 +10,6 @@ from __future__ import annotations
 import base64
 import json
 import time
-import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -19,7 +18,7 @@ import pytest
 from controllers.reconcilers import api as rapi
 from controllers.runtime import objects
 from tests.kind import install
-from tests.kind.chains import KINDS, conditions, not_ready, wait_all_ready
+from tests.kind.chains import KINDS, TEST_KEYS, conditions, new_api_key, not_ready, wait_all_ready
 from tests.kind.cluster import DEPLOYMENTS, PODS, REPO, Cluster, idle_pod, running
 from tests.kind.conftest import SAMPLES_NAMESPACE, Configured
 from tests.kind.controllerlogs import ControllerLogs, reconciles
@@ -160,7 +159,7 @@ def test_a_pod_mounting_the_route_config_sees_a_rotated_key_through_the_kubelet(
     selector = f"{rapi.ROUTE_LABEL}={route}"
     with Recorder(cluster.api, objects.SECRETS, namespace=ns, label_selector=selector) as configs:
         edited = time.time()
-        set_api_key(cluster, ns, "openai-api-key", f"sk-kind-rotated-{uuid.uuid4().hex}")
+        set_api_key(cluster, ns, "openai-api-key", new_api_key("rotated"))
 
         def written() -> float | None:
             for seen in configs.events():
@@ -227,7 +226,7 @@ def test_rollout_restart_targets_roll_a_deployment_once_per_change_and_not_on_a_
             },
         },
     }
-    key = f"sk-kind-gateway-{uuid.uuid4().hex}"
+    key = new_api_key("gateway")
     chain = [
         {
             "apiVersion": "v1",
@@ -279,7 +278,7 @@ def test_rollout_restart_targets_roll_a_deployment_once_per_change_and_not_on_a_
     assert deployment["metadata"]["generation"] == 1, "no rollout for the first configuration"
 
     changed = time.monotonic()
-    set_api_key(cluster, ns, "gw-key", f"sk-kind-gateway-{uuid.uuid4().hex}")
+    set_api_key(cluster, ns, "gw-key", new_api_key("gateway"))
     wait_for(lambda: rollout_condition("Restarted"), timeout=60, what="Restarted")
     second = route_config_hash(cluster, ns, route)
     assert second != first
@@ -330,11 +329,14 @@ def test_no_minted_value_appears_in_events_statuses_or_controller_logs(
     cluster: Cluster, configured: Configured, samples: Samples, controller_logs: ControllerLogs
 ) -> None:
     places = {name: text for name, text in controller_logs.all_text().items()}
-    places["events"] = json.dumps(cluster.items(objects.EVENTS, namespace=samples.namespace))
+    # every namespace: the samples' and those of the tests before this one
+    places["events"] = json.dumps(cluster.items(objects.EVENTS))
     for kind, resource in KINDS.items():
-        items = cluster.items(resource, namespace=samples.namespace)
+        items = cluster.items(resource)
         places[f"{kind} statuses"] = json.dumps([i.get("status") for i in items])
-    scanner = leaks.Scanner({"the stand-ins": configured.standins.issued()})
+    scanner = leaks.Scanner(
+        {"the stand-ins": configured.standins.issued(), "the tests' API keys": TEST_KEYS}
+    )
     assert len(scanner) > 0, "the stand-ins minted something"
     found = scanner.leaks(places)
     assert not found, found

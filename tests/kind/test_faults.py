@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +31,7 @@ from controllers.runtime import objects
 from tests.kind import install
 from tests.kind.chains import (
     api_key_chain,
+    new_api_key,
     not_ready,
     policies,
     sts_calls,
@@ -107,7 +107,7 @@ def faults(
 ) -> Iterator[Faults]:
     namespace = namespaces("faults")
     docs = sts_chains(namespace, STS_POLICIES) + api_key_chain(
-        namespace, "busy", f"sk-kind-busy-{uuid.uuid4().hex}"
+        namespace, "busy", new_api_key("busy")
     )
     configured.standins.register(policies(docs), [])
     cluster.apply(docs)
