@@ -94,6 +94,35 @@ MISTAKES: dict[str, tuple[dict[str, Any], str]] = {
         {"podDisruptionBudget": {"maxUnavailable": 1}},
         "podDisruptionBudget: set exactly one of minAvailable and maxUnavailable",
     ),
+    # what the restricted Pod Security Standard forbids, refused before the namespace does
+    "a privileged container": (
+        {"securityContext": {"privileged": True}},
+        "at '/securityContext/privileged': value must be false",
+    ),
+    "privilege escalation": (
+        {"securityContext": {"allowPrivilegeEscalation": True}},
+        "at '/securityContext/allowPrivilegeEscalation': value must be false",
+    ),
+    "an added capability": (
+        {"securityContext": {"capabilities": {"add": ["NET_ADMIN"]}}},
+        "at '/securityContext/capabilities/add': maxItems: got 1, want 0",
+    ),
+    "capabilities not all dropped": (
+        {"securityContext": {"capabilities": {"drop": ["NET_RAW"]}}},
+        "at '/securityContext/capabilities/drop'",
+    ),
+    "root": (
+        {"podSecurityContext": {"runAsUser": 0}},
+        "at '/podSecurityContext/runAsUser': minimum: got 0, want 1",
+    ),
+    "runAsNonRoot off": (
+        {"podSecurityContext": {"runAsNonRoot": False}},
+        "at '/podSecurityContext/runAsNonRoot': value must be true",
+    ),
+    "the security context removed": (
+        {"securityContext": None},
+        "at '': missing property 'securityContext'",
+    ),
 }
 
 
