@@ -312,6 +312,12 @@ def test_sigterm_from_the_kubelet_drains_in_flight_reconciles_releases_the_lease
         deleted = time.time()
         wait_for(lambda: terminated_state(pods, leader), timeout=GRACE_PERIOD + 10, what="exit")
         standby = new_leader(cluster, controller_logs, held, 30)
+        # its reconciles are what the overlap check compares (it had logged none yet once)
+        wait_for(
+            lambda: working_since(controller_logs, standby, deleted),
+            timeout=30,
+            what="the new leader works",
+        )
     state = terminated_state(pods, leader)
     assert state is not None
     text = controller_logs.text(leader)
