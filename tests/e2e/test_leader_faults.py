@@ -14,16 +14,13 @@ Takeover times and the longest overlap are printed (run with ``-s`` to see them)
 
 from __future__ import annotations
 
-import json
 import signal
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -37,62 +34,12 @@ from tests.support.apiproxy import APIProxy, lease_renewals
 from tests.support.chain import AWSChain
 from tests.support.controller import ControllerProcess, service_account_kubeconfig
 from tests.support.polling import wait_for
+from tests.support.reconcilelog import Reconcile, logged_at, longest_overlap, reconciles
 
 # controller-runtime's defaults, which `rotator run` uses (controllers/runtime/leaderelection.py)
 LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD = 15.0, 10.0, 2.0
 EXIT_MARGIN = 1.5  # seconds from giving up to the process being gone, on a loaded test machine
 SLOW = 6.0  # seconds STS hangs in the SIGTERM test
-ENDS = frozenset({"reconcile.done", "reconcile.failed", "reconcile.terminal_error"})
-
-
-@dataclass(frozen=True)
-class Reconcile:
-    key: str
-    start: float  # wall-clock seconds, from the log line's timestamp
-    end: float
-    finished: bool  # False: still running when the process ended (abandoned)
-
-
-def _entries(log_text: str) -> Iterator[tuple[float, dict[str, Any]]]:
-    for line in log_text.splitlines():
-        try:
-            entry: dict[str, Any] = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(entry, dict) and "timestamp" in entry:
-            at = datetime.fromisoformat(entry["timestamp"].replace("Z", "+00:00")).timestamp()
-            yield at, entry
-
-
-def logged_at(log_text: str, event: str) -> float | None:
-    """When a replica first logged ``event`` (wall-clock seconds)."""
-    return next((at for at, entry in _entries(log_text) if entry.get("event") == event), None)
-
-
-def reconciles(log_text: str, *, ended_at: float) -> list[Reconcile]:
-    """Every reconcile in a replica's log; one without an end line ran until ``ended_at``."""
-    starts: dict[str, tuple[str, float]] = {}
-    ends: dict[str, float] = {}
-    for at, entry in _entries(log_text):
-        rid = entry.get("reconcile_id")
-        if not isinstance(rid, str):
-            continue
-        if entry.get("event") == "reconcile.started":
-            starts[rid] = (f"{entry.get('controller')}:{entry.get('name')}", at)
-        elif entry.get("event") in ENDS:
-            ends[rid] = at
-    return [
-        Reconcile(key, start, ends.get(rid, ended_at), rid in ends)
-        for rid, (key, start) in starts.items()
-    ]
-
-
-def longest_overlap(a: list[Reconcile], b: list[Reconcile]) -> float:
-    """The longest time a reconcile of one replica ran while one of the other did."""
-    return max(
-        (min(x.end, y.end) - max(x.start, y.start) for x in a for y in b),
-        default=0.0,
-    )
 
 
 class Churn:

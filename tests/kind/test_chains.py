@@ -21,11 +21,12 @@ from tests.kind import install
 from tests.kind.chains import KINDS, TEST_KEYS, conditions, new_api_key, not_ready, wait_all_ready
 from tests.kind.cluster import DEPLOYMENTS, PODS, REPO, Cluster, idle_pod, running
 from tests.kind.conftest import SAMPLES_NAMESPACE, Configured
-from tests.kind.controllerlogs import ControllerLogs, reconciles
+from tests.kind.controllerlogs import ControllerLogs
 from tests.kind.env import KindEnv
 from tests.kind.watching import Recorder
 from tests.support import leaks
 from tests.support.polling import wait_for
+from tests.support.reconcilelog import reconciles
 
 REPLICASETS = objects.Resource("apps", "v1", "replicasets", "ReplicaSet")
 WATCH_FILE = """

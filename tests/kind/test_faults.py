@@ -40,18 +40,12 @@ from tests.kind.chains import (
 )
 from tests.kind.cluster import PODS, Cluster
 from tests.kind.conftest import Configured
-from tests.kind.controllerlogs import (
-    ControllerLogs,
-    Reconcile,
-    entries,
-    logged_at,
-    longest_overlap,
-    reconciles,
-)
+from tests.kind.controllerlogs import ControllerLogs
 from tests.kind.env import KindEnv
 from tests.kind.history import Credentials
 from tests.kind.watching import Recorder
 from tests.support.polling import wait_for
+from tests.support.reconcilelog import Reconcile, entries, logged_at, longest_overlap, reconciles
 
 # controller-runtime's defaults, which the shipped Deployment keeps (no flag changes them:
 # controllers/runtime/leaderelection.py LeaderElectionOptions)

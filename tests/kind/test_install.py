@@ -16,9 +16,10 @@ from controllers.runtime import objects
 from tests.kind import install
 from tests.kind.cluster import DEPLOYMENTS, Cluster
 from tests.kind.conftest import Shipped
-from tests.kind.controllerlogs import ControllerLogs, entries
+from tests.kind.controllerlogs import ControllerLogs
 from tests.kind.env import KindEnv
 from tests.support.polling import wait_for
+from tests.support.reconcilelog import entries
 
 RESTRICTED = "pod-security.kubernetes.io/enforce"
 

@@ -1,0 +1,68 @@
+"""A replica's reconciles, read from its JSON log lines (``controllers/logs.py``): at debug level
+every reconcile logs ``reconcile.started`` and one of :data:`ENDS` with its ``reconcile_id`` and a
+``timestamp``, which is how the leader tests tell when each replica worked and that two never
+worked at once — host processes' logs (tests/e2e/test_leader_faults.py) and Pods' logs
+(tests/kind) alike."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+ENDS = frozenset({"reconcile.done", "reconcile.failed", "reconcile.terminal_error"})
+
+
+@dataclass(frozen=True)
+class Reconcile:
+    key: str
+    start: float
+    """Wall-clock seconds, from the log line's timestamp."""
+    end: float
+    finished: bool
+    """False: no end line (still running when the log ended: abandoned)."""
+
+
+def entries(text: str) -> Iterator[tuple[float, dict[str, Any]]]:
+    """Each JSON log line with a timestamp, as (wall-clock seconds, the entry)."""
+    for line in text.splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(entry, dict) and isinstance(entry.get("timestamp"), str):
+            at = datetime.fromisoformat(entry["timestamp"].replace("Z", "+00:00")).timestamp()
+            yield at, entry
+
+
+def logged_at(text: str, event: str, *, after: float = 0.0) -> float | None:
+    """When ``event`` was first logged after ``after`` (wall-clock seconds)."""
+    return next(
+        (at for at, entry in entries(text) if entry.get("event") == event and at >= after), None
+    )
+
+
+def reconciles(text: str, *, ended_at: float) -> list[Reconcile]:
+    """Every reconcile in a replica's log; one without an end line ran until ``ended_at``."""
+    starts: dict[str, tuple[str, float]] = {}
+    ends: dict[str, float] = {}
+    for at, entry in entries(text):
+        rid = entry.get("reconcile_id")
+        if not isinstance(rid, str):
+            continue
+        if entry.get("event") == "reconcile.started":
+            starts[rid] = (f"{entry.get('controller')}:{entry.get('name')}", at)
+        elif entry.get("event") in ENDS:
+            ends[rid] = at
+    return [
+        Reconcile(key, start, ends.get(rid, ended_at), rid in ends)
+        for rid, (key, start) in starts.items()
+    ]
+
+
+def longest_overlap(a: list[Reconcile], b: list[Reconcile]) -> float:
+    """The longest time a reconcile of one replica ran while one of the other's did (≤ 0:
+    never)."""
+    return max((min(x.end, y.end) - max(x.start, y.start) for x in a for y in b), default=0.0)
