@@ -24,6 +24,11 @@ retry converging while the abandoned call was still in flight would not even see
 the caller learns of every key the library learns of (only a key created behind a library
 timeout is left to the convergence).
 
+One fence serves calls to many hosts too (OIDC: every tenant names its own issuer): a call may
+take its slot of a bulkhead of its own (its host's, so a slow issuer fills only its own slots),
+share one absolute deadline with the calls before it (discovery, then the token request), and
+name where it went in its messages.
+
 Threads are daemon threads, one per call (a call costs milliseconds to seconds of network; a
 thread costs microseconds), not a ``ThreadPoolExecutor``: the interpreter joins an executor's
 workers at exit, so one hung call would keep a stopping controller from exiting.
@@ -49,6 +54,8 @@ libraries' own bounds for a call that answers (botocore: 5 s connect + 10 s read
 so it cuts only a provider that never finishes answering."""
 SLOT_WAIT = 1.0
 """Seconds a call waits for a slot of its provider's bulkhead (less if the deadline is nearer)."""
+DEADLINE_EXCEEDED = "DeadlineExceeded"
+"""The code of a call that got no complete answer within its deadline."""
 
 T = TypeVar("T")
 
@@ -97,7 +104,21 @@ class ProviderCalls:
         self._deadline = deadline
         self._monotonic = monotonic
 
-    def run(self, call: str, fn: Callable[[], T], *, abandon: bool = True) -> T:
+    @property
+    def deadline(self) -> float:
+        """Seconds one call may take (one :meth:`run`, or calls sharing a ``deadline``)."""
+        return self._deadline
+
+    def run(
+        self,
+        call: str,
+        fn: Callable[[], T],
+        *,
+        abandon: bool = True,
+        bulkhead: Bulkhead | None = None,
+        deadline: float | None = None,
+        where: str = "",
+    ) -> T:
         """``fn()`` within a bulkhead slot and the deadline; its value, or the engine's error.
 
         Observes exactly one code for a call that got a slot: ``200``, the failure's code, the
@@ -105,43 +126,63 @@ class ProviderCalls:
         ``DeadlineExceeded``. A call the bulkhead refuses never reached the provider: it raises
         ProviderUnavailable (code ``BulkheadFull``) and is not observed. ``abandon=False``:
         wait for ``fn`` however long it takes (a non-idempotent call; see the module docstring).
+
+        ``bulkhead`` replaces the provider's (a host's, of a provider with many); ``deadline``
+        (on ``monotonic``) replaces now plus the provider's deadline, for calls that share one
+        (a call begun past it is observed as ``DeadlineExceeded`` and not made); ``where``
+        names the host called in messages (``"<label> <call> at <where> failed: …"``).
         """
-        deadline = self._monotonic() + self._deadline
-        self.bulkhead.acquire(wait=min(self.bulkhead.wait, self._deadline))
+        slots = bulkhead or self.bulkhead
+        what = f"{self._label} {call}" + (f" at {where}" if where else "")
+        if deadline is None:
+            at, remaining = self._monotonic() + self._deadline, self._deadline
+        else:
+            at, remaining = deadline, deadline - self._monotonic()
+        if remaining <= 0:
+            self._observe(call, DEADLINE_EXCEEDED)
+            raise errors.ProviderUnavailable(
+                f"{what} not attempted: the {self._deadline:g} s deadline passed",
+                code=DEADLINE_EXCEEDED,
+            )
+        slots.acquire(wait=min(slots.wait, remaining))
         if not abandon:
             try:
                 value = fn()
             except BaseException as exc:
-                self._failed(call, exc)
+                self._failed(call, what, exc)
             finally:
-                self.bulkhead.release()
+                slots.release()
             self._observe(call, "200")
             return value
-        future = start(fn, release=self.bulkhead.release, name=f"{self.provider} {call}")
+        future = start(fn, release=slots.release, name=f"{self.provider} {call}")
         while not future.done():
-            remaining = deadline - self._monotonic()
+            remaining = at - self._monotonic()
             if remaining <= 0 and not future.done():
-                self._observe(call, "DeadlineExceeded")
-                raise errors.ProviderUnavailable(
-                    f"{self._label} {call} got no answer within {self._deadline:g} s",
-                    code="DeadlineExceeded",
-                )
+                self._observe(call, DEADLINE_EXCEEDED)
+                raise self._too_late(what)
             wait([future], timeout=max(0.0, remaining))
         raised = future.exception()
         if raised is not None:
-            self._failed(call, raised)
+            self._failed(call, what, raised)
         self._observe(call, "200")
         return future.result()
 
-    def _failed(self, call: str, exc: BaseException) -> NoReturn:
+    def _failed(self, call: str, what: str, exc: BaseException) -> NoReturn:
         failure = self._classify(exc) if isinstance(exc, Exception) else None
         if failure is None:
             self._observe(call, type(exc).__name__)
             raise exc
         self._observe(call, failure.code)
+        if failure.code == DEADLINE_EXCEEDED:  # a transport that cut itself off at the deadline
+            raise self._too_late(what) from None
         kind = errors.ProviderUnavailable if failure.transient else errors.ProviderRejected
-        message = f"{self._label} {call} failed: {failure.shown or failure.code}"
+        message = f"{what} failed: {failure.shown or failure.code}"
         raise kind(message, code=failure.code) from None
+
+    def _too_late(self, what: str) -> errors.ProviderUnavailable:
+        return errors.ProviderUnavailable(
+            f"{what} got no answer within {self._deadline:g} s", code=DEADLINE_EXCEEDED
+        )
 
     def _observe(self, call: str, code: str) -> None:
         self._observer.provider_request(provider=self.provider, call=call, code=code)

@@ -9,6 +9,12 @@ and unpaired surrogates, which the API server never sends; a body mangled so is 
 ``ConnectionFailed`` like any other undecodable body). Every request has a timeout, bounded further
 by the deadline of the reconcile it runs in (:func:`deadline`). Failures surface as the error tree
 of :mod:`controllers.runtime.errors`.
+
+Every body is read in chunks up to a byte bound (:class:`BodyLimits`): a broken proxy or API
+server that sends without end costs the bound, not all the memory there is. A list is bounded per
+page (lists page with ``limit``/``continue``), a watch per event line, anything else by the
+largest object the API server stores; a body over its bound is a ``ConnectionFailed`` naming the
+bound, its connection closed rather than drained.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import json
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol, cast
 from urllib.parse import quote
 
@@ -37,6 +44,24 @@ TOKEN_CHECK_INTERVAL = 1.0
 
 _PARTIAL_METADATA = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
 _PARTIAL_METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+
+READ_CHUNK = 64 * 1024
+"""Bytes asked of the socket at a time: the most a body is read past its bound."""
+
+
+@dataclass(frozen=True)
+class BodyLimits:
+    """Bytes the client reads of one response before it gives up on it."""
+
+    object_bytes: int = 4 << 20
+    """Of any body but a list page, and of each watch event line. Defaults to 4 MiB: the largest
+    object the API server stores (etcd's 1.5 MiB request limit; a Secret's 1 MiB of data is
+    1.37 MiB as base64 in JSON), with room for JSON's escapes of the rest."""
+    list_page_bytes: int = 128 << 20
+    """Of one list page. Defaults to 128 MiB: the largest page rotator asks for is the
+    managed-Secret view's 50 Secrets of up to ~2 MiB of JSON each (docs/design.md §3), and a
+    page of 500 other objects averaging 256 KiB still fits."""
+
 
 _deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar(
     "rotator_request_deadline", default=None
@@ -78,21 +103,26 @@ class _NoMetrics:
 class WatchStream:
     """The events of one watch request, as decoded JSON; close it to end the request early."""
 
-    def __init__(self, response: urllib3.HTTPResponse, *, method: str, path: str) -> None:
+    def __init__(
+        self, response: urllib3.HTTPResponse, *, method: str, path: str, max_line: int
+    ) -> None:
         self._response = response
         self._method = method
         self._path = path
+        self._max_line = max_line
         self._closed = False
 
     def __iter__(self) -> Iterator[Body]:
         buffer = b""
         try:
-            for chunk in self._response.stream(amt=64 * 1024, decode_content=True):
+            for chunk in self._response.stream(amt=READ_CHUNK, decode_content=True):
                 buffer += chunk
                 while b"\n" in buffer:
                     line, buffer = buffer.split(b"\n", 1)
+                    self._check(len(line))
                     if line.strip():
                         yield orjson.loads(line)
+                self._check(len(buffer))  # a line without end is cut at the bound
             if buffer.strip():
                 yield orjson.loads(buffer)
         except (urllib3.exceptions.HTTPError, OSError) as exc:
@@ -103,6 +133,10 @@ class WatchStream:
             ) from exc
         finally:
             self.close()
+
+    def _check(self, size: int) -> None:
+        if size > self._max_line:
+            raise _too_large("a watch event line", self._max_line, self._method, self._path)
 
     def close(self) -> None:
         """Ends the watch; safe to call from another thread while a read is blocked."""
@@ -118,7 +152,8 @@ class WatchStream:
 class Client:
     """Typed CRUD, list and watch over :class:`~.objects.Resource` types, in plain JSON.
 
-    ``timeout`` (seconds, default 30) bounds every non-watch request.
+    ``timeout`` (seconds, default 30) bounds every non-watch request; ``limits`` the bytes read
+    of each response (defaults: :class:`BodyLimits`).
     """
 
     def __init__(
@@ -127,9 +162,11 @@ class Client:
         *,
         timeout: float = 30.0,
         metrics: RequestMetrics | None = None,
+        limits: BodyLimits = BodyLimits(),
     ) -> None:
         self._api = api_client
         self._timeout = timeout
+        self._limits = limits
         self._metrics = metrics or _NoMetrics()
         self._token_lock = threading.Lock()
         self._token: tuple[str, float] | None = None
@@ -173,7 +210,10 @@ class Client:
         if resource_version is not None:
             query.append(("resourceVersion", resource_version))
         accept = _PARTIAL_METADATA_LIST if metadata_only else "application/json"
-        return self.request("GET", resource.path(namespace=namespace), query=query, accept=accept)
+        path = resource.path(namespace=namespace)
+        return self.request(
+            "GET", path, query=query, accept=accept, max_bytes=self._limits.list_page_bytes
+        )
 
     def watch(
         self,
@@ -200,7 +240,7 @@ class Client:
         response = self._send(
             "GET", path, query=query, accept=accept, timeout=(10.0, timeout_seconds + 30.0)
         )
-        return WatchStream(response, method="GET", path=path)
+        return WatchStream(response, method="GET", path=path, max_line=self._limits.object_bytes)
 
     # --- writes ------------------------------------------------------------------------------
 
@@ -278,12 +318,15 @@ class Client:
         body: Mapping[str, Any] | Sequence[Any] | None = None,
         content_type: str = "application/json",
         accept: str = "application/json",
+        max_bytes: int | None = None,
     ) -> Body:
-        """Sends one request and returns its decoded JSON body."""
+        """Sends one request and returns its decoded JSON body, of at most ``max_bytes``
+        (default: the limits' ``object_bytes``)."""
         response = self._send(
             method, path, query=query, body=body, content_type=content_type, accept=accept
         )
-        data = _read_body(response, method=method, path=path)
+        limit = self._limits.object_bytes if max_bytes is None else max_bytes
+        data = _read_body(response, limit=limit, method=method, path=path)
         try:
             decoded: Body = orjson.loads(data) if data else {}
         except ValueError as exc:
@@ -366,7 +409,7 @@ class Client:
             self._metrics.request_done(method=method, code=code, seconds=time.monotonic() - start)
         if 200 <= response.status < 300:
             return response
-        raw = _read_body(response, method=method, path=path)
+        raw = _read_body(response, limit=self._limits.object_bytes, method=method, path=path)
         content_type = str(response.headers.get("Content-Type") or "")
         raise _status_error(response.status, raw, content_type, method=method, path=path)
 
@@ -401,12 +444,21 @@ class Client:
         return min(timeout, remaining)
 
 
-def _read_body(response: urllib3.HTTPResponse, *, method: str, path: str) -> bytes:
-    """The whole body (``preload_content`` is off, so this is where it is read); a connection that
-    breaks or times out while reading is a :class:`~.errors.ConnectionFailed`, like one that
-    breaks before the status line."""
+def _read_body(response: urllib3.HTTPResponse, *, limit: int, method: str, path: str) -> bytes:
+    """The whole body (``preload_content`` is off, so this is where it is read), in chunks, and
+    never more than ``limit`` bytes of it: past the bound the connection is closed, not drained
+    (urllib3's ``response.data`` would hold all of it first). A connection that breaks or times
+    out while reading is a :class:`~.errors.ConnectionFailed`, like one that breaks before the
+    status line; so is a body over the bound."""
+    chunks: list[bytes] = []
+    size = 0
     try:
-        return bytes(response.data)
+        for chunk in response.stream(amt=READ_CHUNK, decode_content=True):
+            size += len(chunk)
+            if size > limit:
+                response.close()  # the rest unread: the connection cannot serve another request
+                raise _too_large(f"the {response.status} response body", limit, method, path)
+            chunks.append(chunk)
     except (urllib3.exceptions.HTTPError, OSError) as exc:
         raise errors.ConnectionFailed(
             f"reading the {response.status} response failed: {type(exc).__name__}: {exc}",
@@ -415,6 +467,15 @@ def _read_body(response: urllib3.HTTPResponse, *, method: str, path: str) -> byt
         ) from exc
     finally:
         response.release_conn()
+    return b"".join(chunks)
+
+
+def _too_large(what: str, limit: int, method: str, path: str) -> errors.ConnectionFailed:
+    return errors.ConnectionFailed(
+        f"{what} is over the client's bound of {limit} bytes (BodyLimits); not read further",
+        method=method,
+        path=path,
+    )
 
 
 def _selectors(label_selector: str | None, field_selector: str | None) -> list[tuple[str, str]]:

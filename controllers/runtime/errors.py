@@ -4,7 +4,8 @@
 
     ApiError                      a request to the API server failed
     ├── TransientApiError         retry with backoff: the same request may succeed later
-    │   ├── ConnectionFailed      no HTTP answer (refused, reset, timed out)
+    │   ├── ConnectionFailed      no usable HTTP answer: refused, reset, timed out, or a body
+    │   │                         over the client's byte bound (client.BodyLimits)
     │   ├── DeadlineExceeded      the reconcile's time budget ran out before the request
     │   ├── TooManyRequests       429
     │   ├── ServerError           5xx, and 408

@@ -30,11 +30,11 @@ from typing import Any, Generic, Protocol, TypeVar
 import structlog
 
 from controllers.runtime import errors
-from controllers.runtime import expiring as caches
 from controllers.runtime.backoff import Backoff
 from controllers.runtime.client import deadline
 from controllers.runtime.clock import Clock, RealClock
 from controllers.runtime.objects import Body, Resource
+from rotator import expiring as caches
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -114,7 +114,7 @@ class _CachedReviews(Generic[K, V]):
         self._options = options
         self._sleep = sleep
         self._cache: caches.ExpiringCache[K, V] = caches.ExpiringCache(
-            options.max_entries, clock=clock
+            options.max_entries, monotonic=clock.monotonic
         )
 
 

@@ -1,13 +1,16 @@
 """A fake API server at the transport layer: a real :class:`controllers.runtime.client.Client` on top
 of an in-memory object store, so unit tests exercise the client's own timeout bounding and error
 mapping. ``fault`` is called before every request and may raise, advance a fake clock, or return
-a :class:`Reply` to send instead of the normal answer."""
+a :class:`Reply` to send instead of the normal answer.
+
+For the client's own tests. Reconciler tests use ``tests/support/memapi.py`` instead: an
+in-memory API server behind the Protocols the reconcilers depend on, no client in between."""
 
 from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,8 +36,10 @@ class Reply:
     status: int
     data: bytes = b""
     error: BaseException | None = None
-    """Raised when the body is read (``response.data``), as urllib3 does on a broken connection."""
+    """Raised when the body is read, after ``chunks``, as urllib3 does on a broken connection."""
     content_type: str = "application/json"
+    chunks: Iterable[bytes] | None = None
+    """The body as the socket gives it, instead of ``data``: one that never ends, or stalls."""
 
 
 class _Response:
@@ -42,12 +47,19 @@ class _Response:
         self.status = reply.status
         self.headers = {"Content-Type": reply.content_type}
         self._reply = reply
+        self.closed = False
 
-    @property
-    def data(self) -> bytes:
-        if self._reply.error is not None:
-            raise self._reply.error
-        return self._reply.data
+    def stream(self, amt: int, decode_content: bool = True) -> Iterator[bytes]:
+        """The body in chunks of at most ``amt`` bytes, as urllib3's ``HTTPResponse.stream``."""
+        reply = self._reply
+        for chunk in reply.chunks if reply.chunks is not None else [reply.data]:
+            for i in range(0, len(chunk), amt):
+                yield chunk[i : i + amt]
+        if reply.error is not None:
+            raise reply.error
+
+    def close(self) -> None:
+        self.closed = True
 
     def release_conn(self) -> None:
         pass

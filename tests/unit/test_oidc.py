@@ -26,6 +26,19 @@ DEADLINE = 2.0
 SLACK = 1.5  # scheduling on a loaded 2-core machine; far below what a trickle would take
 
 
+FIXED: dict[tuple[str, bool | None], tuple[int, bytes]] = {
+    # (mode, discovery or token request, None: both) -> the answer
+    ("fail", None): (503, b'{"error": "temporarily_unavailable"}'),
+    ("refuse", False): (
+        401,
+        b'{"error": "invalid_client", "error_description": "%s"}' % SECRET.encode(),
+    ),
+    ("not-json", None): (200, b"<html>" + SECRET.encode()),
+    ("no-token", False): (200, b'{"token_type": "Bearer"}'),
+    ("no-endpoint", True): (200, b'{"issuer": "x"}'),
+}
+
+
 class Issuer:
     """An OIDC issuer on 127.0.0.1 whose behaviour is the first path segment of the issuer URL
     (``{url}/trickle-body`` trickles its discovery document one byte a second); every request
@@ -90,13 +103,14 @@ class Issuer:
         doc = {"token_endpoint": f"{token_scheme}://127.0.0.1:{port}/{mode}/token"}
         body = json.dumps(doc if discovery else {"access_token": "tok", "expires_in": 300})
         payload = body.encode()
-        if mode == "trickle-headers":
+        fixed = FIXED.get((mode, discovery), FIXED.get((mode, None)))
+        if fixed is not None:
+            self.reply(h, *fixed)
+        elif mode == "trickle-headers":
             self.trickle(h, b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n")
         elif mode == "trickle-body" or (mode == "trickle-token" and not discovery):
             self.head(h, 200, len(payload))
             self.trickle(h, payload)
-        elif mode == "fail":
-            self.reply(h, 503, b'{"error": "temporarily_unavailable"}')
         elif mode == "redirect":
             h.send_response(302)
             h.send_header("Location", f"{self.url}/ok{h.path.removeprefix('/redirect')}")
@@ -149,9 +163,11 @@ class Calls:
 
     def __init__(self) -> None:
         self.codes: list[tuple[str, str]] = []
+        self.providers: set[str] = set()
 
     def provider_request(self, *, provider: str, call: str, code: str) -> None:
         self.codes.append((call, code))
+        self.providers.add(provider)
 
 
 class FakeMonotonic:
@@ -224,7 +240,7 @@ def test_a_trickling_issuer_is_cut_off_at_the_deadline(issuer: Issuer, mode: str
     elapsed, exc = timed(lambda: tokens.token(client(issuer.issuer(mode))))
     print(f"\n{mode}: ended after {elapsed:.2f} s (deadline {DEADLINE} s)")
     assert isinstance(exc, errors.ProviderUnavailable)
-    assert f"no complete answer within {DEADLINE:g} s" in str(exc)
+    assert f"got no answer within {DEADLINE:g} s" in str(exc)
     assert elapsed < DEADLINE + SLACK
     assert calls.codes[-1][1] == "DeadlineExceeded"
     assert SECRET not in str(exc)
@@ -255,7 +271,7 @@ def test_a_name_that_does_not_resolve_in_time_is_given_up_at_the_deadline(
         elapsed, exc = timed(lambda: tokens.token(client("http://stuck.invalid:8080/x")))
         assert resolving.is_set()
         assert isinstance(exc, errors.ProviderUnavailable)
-        assert f"no complete answer within {DEADLINE:g} s" in str(exc)
+        assert f"got no answer within {DEADLINE:g} s" in str(exc)
         assert elapsed < DEADLINE + SLACK
         assert calls.codes[-1][1] == "DeadlineExceeded"
         assert tokens._bulkheads.of("stuck.invalid:8080").in_flight == 1, "the slot is held"
@@ -443,3 +459,105 @@ def test_bulkheads_are_per_key_and_forget_idle_keys() -> None:
         assert len(family) == 2
         with pytest.raises(errors.ProviderUnavailable), family.slot("a"):
             pass
+
+
+@pytest.mark.parametrize(
+    ("mode", "kind", "code", "observed"),
+    [
+        ("fail", errors.ProviderUnavailable, "503", [("discovery", "503")]),
+        ("redirect", errors.ProviderRejected, "302", [("discovery", "302")]),
+        (
+            "refuse",
+            errors.ProviderRejected,
+            "invalid_client",
+            [("discovery", "200"), ("token", "invalid_client")],
+        ),
+        ("not-json", errors.ProviderUnavailable, "NotJSON", [("discovery", "NotJSON")]),
+        (
+            "big",
+            errors.ProviderUnavailable,
+            "ResponseTooLarge",
+            [("discovery", "ResponseTooLarge")],
+        ),
+        (
+            "gzip",
+            errors.ProviderUnavailable,
+            "CompressedResponse",
+            [("discovery", "CompressedResponse")],
+        ),
+        (
+            "trickle-body",
+            errors.ProviderUnavailable,
+            "DeadlineExceeded",
+            [("discovery", "DeadlineExceeded")],
+        ),
+        ("no-endpoint", errors.ProviderRejected, "NoTokenEndpoint", [("discovery", "200")]),
+        (
+            "no-token",
+            errors.ProviderRejected,
+            "NoAccessToken",
+            [("discovery", "200"), ("token", "200")],
+        ),
+    ],
+)
+def test_every_oidc_error_carries_its_code_and_each_call_is_observed_once(
+    issuer: Issuer,
+    mode: str,
+    kind: type[errors.CredentialError],
+    code: str,
+    observed: list[tuple[str, str]],
+) -> None:
+    """Through the provider fence (rotator.providercalls): one observation per HTTP call, under
+    provider "oidc", with the code the error carries — remembered failures keep it too; no
+    byte of a response in a message. Mutations caught: a code dropped, an OAuth error
+    description quoted, a call observed twice."""
+    calls = Calls()
+    tokens = source(observer=calls)
+    with pytest.raises(kind) as raised:
+        tokens.token(client(issuer.issuer(mode)))
+    assert type(raised.value) is kind
+    assert raised.value.code == code
+    assert SECRET not in str(raised.value)
+    assert calls.codes == observed
+    assert calls.providers == {oidc.PROVIDER}
+    with pytest.raises(kind) as remembered:
+        tokens.token(client(issuer.issuer(mode)))
+    assert "not retried before" in str(remembered.value)
+    assert remembered.value.code == code
+    assert calls.codes == observed, "a remembered failure calls nobody"
+
+
+def test_insecure_urls_are_refused_with_their_code(issuer: Issuer, tls_issuer: Issuer) -> None:
+    with pytest.raises(oidc.InsecureIssuer) as insecure:
+        oidc.TokenSource().token(client(issuer.issuer("ok")))
+    assert insecure.value.code == "InsecureIssuer"
+    with pytest.raises(errors.ProviderRejected) as endpoint:
+        source(allow_insecure=False).token(client(tls_issuer.issuer("http-token")))
+    assert endpoint.value.code == "InsecureTokenEndpoint"
+
+
+def test_a_token_costs_one_observed_call_of_each_kind_then_none_while_cached(
+    issuer: Issuer,
+) -> None:
+    calls = Calls()
+    tokens = source(observer=calls)
+    for client_id in ("a", "a", "b"):
+        assert tokens.token(client(issuer.issuer("ok"), client_id)).value == "tok"
+    assert calls.codes == [("discovery", "200"), ("token", "200"), ("token", "200")]
+    assert issuer.count() == 3
+
+
+def test_waiting_for_another_callers_slow_fetch_ends_at_the_deadline_with_its_code(
+    issuer: Issuer,
+) -> None:
+    tokens = source()
+    slow = client(issuer.issuer("trickle-body"))
+    first = threading.Thread(target=lambda: timed(lambda: tokens.token(slow)), daemon=True)
+    first.start()
+    wait_for(lambda: issuer.count("GET") == 1, timeout=DEADLINE, what="the first fetch in flight")
+    elapsed, exc = timed(lambda: tokens.token(slow))
+    first.join()
+    assert isinstance(exc, errors.ProviderUnavailable)
+    assert exc.code == "DeadlineExceeded"
+    assert elapsed < DEADLINE + SLACK
+    assert issuer.count("GET") == 1, "the second caller waited for the first fetch"

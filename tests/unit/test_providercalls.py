@@ -17,6 +17,7 @@ import pytest
 from azure.core.exceptions import ClientAuthenticationError, ServiceRequestError
 
 from rotator import errors
+from rotator.bulkhead import Bulkhead
 from rotator.providercalls import Failure, ProviderCalls
 from rotator.providers import azure
 from rotator.providers.aws.clients import Clients
@@ -259,6 +260,77 @@ def test_an_exception_no_classifier_knows_propagates_unchanged(abandon: bool) ->
     assert raised.value is boom
     assert observed.calls == [("p", "Call", "Boom")]
     assert calls.bulkhead.in_flight == 0
+
+
+def test_a_call_to_one_host_of_many_takes_its_hosts_slot_and_names_the_host(
+    release: threading.Event,
+) -> None:
+    """``bulkhead``: a call holds a slot of the bulkhead it names, not the provider's (OIDC: a
+    slow issuer fills its own host's slots). Mutations caught: the provider's bulkhead taken
+    anyway, ``where`` left out of the message."""
+    observed = Observed()
+    calls = ProviderCalls("p", observer=observed, classify=by_type_name, label="P")
+    host = Bulkhead("P host a", limit=1, wait=0)
+    started = threading.Event()
+    thread = threading.Thread(
+        target=lambda: calls.run("Slow", blocking(started, release, "x"), bulkhead=host),
+        daemon=True,
+    )
+    thread.start()
+    wait_for(started.is_set, timeout=10, what="the call started")
+    assert host.in_flight == 1
+    assert calls.bulkhead.in_flight == 0
+    with pytest.raises(errors.ProviderUnavailable, match="1 calls to P host a"):
+        calls.run("Next", lambda: "never", bulkhead=host)
+    assert calls.run("Other", lambda: "ok") == "ok", "other hosts are not affected"
+    with pytest.raises(errors.ProviderRejected) as raised:
+        calls.run("Get", raising(KeyError("x")), where="https://a/x")
+    assert str(raised.value) == "P Get at https://a/x failed: NotFound"
+    release.set()
+    thread.join(10)
+
+
+def test_calls_sharing_a_deadline_end_by_it_and_one_begun_past_it_is_not_made() -> None:
+    """``deadline``: an absolute one, shared by a sequence of calls (OIDC discovery, then the
+    token request). Mutations caught: the shared deadline ignored (each call its own), a call
+    begun past it made anyway or left unobserved."""
+    now = [100.0]
+    observed = Observed()
+    calls = ProviderCalls(
+        "p", observer=observed, classify=by_type_name, deadline=10, monotonic=lambda: now[0]
+    )
+    made: list[str] = []
+
+    def late() -> str:
+        made.append("late")
+        return "x"
+
+    with pytest.raises(errors.ProviderUnavailable) as raised:
+        calls.run("Late", late, deadline=99.0, where="h")
+    assert made == []
+    assert raised.value.code == "DeadlineExceeded"
+    assert str(raised.value) == "p Late at h not attempted: the 10 s deadline passed"
+    assert observed.calls == [("p", "Late", "DeadlineExceeded")]
+    assert calls.run("InTime", lambda: "ok", deadline=101.0) == "ok"
+    assert calls.bulkhead.in_flight == 0
+
+
+def test_a_call_that_reports_its_own_deadline_reads_like_one_given_up_on() -> None:
+    """A transport that cuts its socket at the deadline (OIDC's) reports DeadlineExceeded
+    itself; the error is the one a caller that stopped waiting gets."""
+    observed = Observed()
+
+    def cut(exc: Exception) -> Failure | None:
+        return (
+            Failure("DeadlineExceeded", transient=True) if isinstance(exc, TimeoutError) else None
+        )
+
+    calls = ProviderCalls("p", observer=observed, classify=cut, deadline=2)
+    with pytest.raises(errors.ProviderUnavailable) as raised:
+        calls.run("Cut", raising(TimeoutError()))
+    assert str(raised.value) == "p Cut got no answer within 2 s"
+    assert raised.value.code == "DeadlineExceeded"
+    assert observed.codes() == ["DeadlineExceeded"]
 
 
 # --- the providers' classifiers, through the providers' own classes --------------------------
