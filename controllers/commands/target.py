@@ -18,8 +18,8 @@ from kubernetes.config import kube_config
 
 from controllers.commands.errors import UsageError
 from controllers.reconcilers import api
+from controllers.runtime import apiclient, restconfig
 from controllers.runtime import client as clients
-from controllers.runtime import restconfig
 
 SHORT_NAME = "bsp"  # the CRD's shortNames (config/crd/bases)
 _KIND = api.POLICIES.kind.lower()
@@ -36,7 +36,7 @@ DEFAULT_NAMESPACE = "default"
 class Target:
     """A policy and the client to reach it with."""
 
-    client: clients.Client
+    client: apiclient.CommandClient
     namespace: str
     name: str
 

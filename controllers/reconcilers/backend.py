@@ -2,8 +2,10 @@
 
 Exactly one BackendSecurityPolicy may target a backend (GEP-2648 direct policy attachment); two
 are a conflict the backend reports. A backend no policy targets is valid: it is called without
-credentials. Routes do not hear from here: they watch policies and derived Secrets themselves
-(``setup``), so a status the backend writes is for people, not a link in the chain.
+credentials. The reconciler tells no other controller anything, and Routes do not depend on
+this status: they resolve the policy and its derived Secret themselves and watch both
+(``route_wiring``). A change of ``ResolvedRefs`` wakes them too, a second word of what their
+own watches already said; what wakes the backend is ``backend_wiring``.
 
 The status is written once the decision is stable, so a chain created at once costs one status
 write, not ``NoPolicy`` then ``PolicyNotReady`` then ``ResolvedRefs``: a policy that has not
@@ -20,9 +22,8 @@ from typing import Any
 
 from controllers.reconcilers import api, conditions, indexes, status
 from controllers.reconcilers.conditions import false, true
-from controllers.runtime import client as clients
+from controllers.runtime import apiclient, eventsink, objects
 from controllers.runtime import clock as clocks
-from controllers.runtime import events, objects
 from controllers.runtime.reconcile import Request, Result
 from controllers.runtime.store import Store
 
@@ -31,10 +32,10 @@ class BackendReconciler:
     def __init__(
         self,
         *,
-        api_client: clients.Client,
+        api_client: apiclient.ApiClient,
         backends: Store,
         policies: Store,
-        recorder: events.EventRecorder,
+        recorder: eventsink.EventSink,
         clock: clocks.Clock,
     ) -> None:
         self._api = api_client
@@ -50,8 +51,8 @@ class BackendReconciler:
         now = self._clock.now()
         resolved = self._resolved(request)
         if resolved is None:
-            return Result()  # its policy's first status wakes this backend (setup)
-        if resolved.reason == "NoPolicy" and (wait := settling(backend, now)) > 0:
+            return Result()  # its policy's first status wakes this backend (backend_wiring)
+        if resolved.reason == api.REASON_NO_POLICY and (wait := settling(backend, now)) > 0:
             return Result(requeue_after=wait)  # a policy applied with it may be on its way
         status.write(
             self._api,
@@ -59,7 +60,7 @@ class BackendReconciler:
             backend,
             api.BACKENDS,
             fields={},
-            updates=[true(api.ACCEPTED, "Accepted", "the spec is valid"), resolved],
+            updates=[conditions.accepted(), resolved],
             now=now,
             event_types=(api.RESOLVED_REFS,),
         )
@@ -71,13 +72,15 @@ class BackendReconciler:
         policies = policies_for(self._policies, request.key)
         if not policies:
             return true(
-                api.RESOLVED_REFS, "NoPolicy", "no BackendSecurityPolicy targets this backend"
+                api.RESOLVED_REFS,
+                api.REASON_NO_POLICY,
+                "no BackendSecurityPolicy targets this backend",
             )
         if len(policies) > 1:
             names = ", ".join(sorted(objects.name(p) for p in policies))
             return false(
                 api.RESOLVED_REFS,
-                "PolicyConflict",
+                api.REASON_POLICY_CONFLICT,
                 f"BackendSecurityPolicies {names} all target this backend; exactly one may",
             )
         policy = policies[0]
@@ -88,11 +91,13 @@ class BackendReconciler:
         if ready["status"] != "True":
             return false(
                 api.RESOLVED_REFS,
-                "PolicyNotReady",
+                api.REASON_POLICY_NOT_READY,
                 f"BackendSecurityPolicy {name} is not ready: {ready['message']}",
             )
         return true(
-            api.RESOLVED_REFS, "ResolvedRefs", f"credentials from BackendSecurityPolicy {name}"
+            api.RESOLVED_REFS,
+            api.REASON_RESOLVED_REFS,
+            f"credentials from BackendSecurityPolicy {name}",
         )
 
 

@@ -34,6 +34,28 @@ def false(type_: str, reason: str, message: str) -> Cond:
     return Cond(type_, "False", reason, message)
 
 
+SPEC_VALID = "the spec is valid"
+
+
+def accepted(
+    reason: str = api.REASON_ACCEPTED, message: str = SPEC_VALID, *, ok: bool = True
+) -> Cond:
+    """``Accepted``, the condition of every rotator object: ``accepted()`` when the spec is one
+    rotator can act on, else ``accepted(reason, message, ok=False)``. The one place it is
+    built, so that its reason and message read the same on policies, backends and routes."""
+    return Cond(api.ACCEPTED, "True" if ok else "False", reason, message)
+
+
+def ready(reason: str, message: str, *, ok: bool) -> Cond:
+    """A policy's ``Ready``: whether its credentials can be used now."""
+    return Cond(api.READY, "True" if ok else "False", reason, message)
+
+
+def renew_before_honored(reason: str, message: str, *, ok: bool) -> Cond:
+    """A policy's ``RenewBeforeHonored`` (:data:`api.RENEW_BEFORE_HONORED`)."""
+    return Cond(api.RENEW_BEFORE_HONORED, "True" if ok else "False", reason, message)
+
+
 def find(conditions: Iterable[Mapping[str, Any]] | None, type_: str) -> api.Condition | None:
     for c in conditions or ():
         if c.get("type") == type_:

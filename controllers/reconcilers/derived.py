@@ -8,6 +8,7 @@ request it answers, the provider's state) is on the Secret, in the cache.
 from __future__ import annotations
 
 import base64
+import enum
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -34,6 +35,21 @@ class Served:
     source_version: str | None = None
     """For a copied credential, the versions of the Secrets it was copied from
     (:func:`source_version`); None when not recorded."""
+
+
+class Change(enum.Enum):
+    """What a reconcile did to the derived Secret."""
+
+    NONE = "none"
+    CREATED = "created"
+    ROTATED = "rotated"
+    REPAIRED = "repaired"
+
+
+def key(policy: api.Policy) -> objects.ObjectKey:
+    """The derived Secret's key: beside its policy, named for it."""
+    md = policy["metadata"]
+    return objects.make_key(md["namespace"], api.derived_secret_name(md["name"]))
 
 
 UNREADABLE_EXPIRY = 0.0

@@ -18,8 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from controllers.reconcilers import api, secretviews
-from controllers.runtime import apply, objects
-from controllers.runtime import client as clients
+from controllers.runtime import apiclient, apply, objects
 from controllers.runtime.objects import Body
 
 MAX_PENDING = 65536
@@ -73,7 +72,7 @@ class OwnWrites:
             return desired
 
     def apply_secret(
-        self, api_client: clients.Client, desired: Body, cached: Mapping[str, Any] | None
+        self, api_client: apiclient.Writer, desired: Body, cached: Mapping[str, Any] | None
     ) -> Body:
         """Server-side applies Secret ``desired``, decided on ``cached`` (the cache's copy, None
         when there was none): the write carries its resourceVersion as a precondition, is

@@ -77,10 +77,10 @@ import structlog
 
 from controllers.reconcilers import api, conditions
 from controllers.reconcilers.conditions import false, true
+from controllers.runtime import apiclient, events, eventsink, objects
 from controllers.runtime import client as clients
 from controllers.runtime import clock as clocks
 from controllers.runtime import errors as api_errors
-from controllers.runtime import events, objects
 from controllers.runtime.objects import Resource
 
 log = structlog.get_logger(__name__)
@@ -208,8 +208,8 @@ class RolloutRestarts:
 
     def __init__(
         self,
-        api_client: clients.Client,
-        recorder: events.EventRecorder,
+        api_client: apiclient.Writer,
+        recorder: eventsink.EventSink,
         clock: clocks.Clock,
         *,
         window: float = DEBOUNCE_SECONDS,

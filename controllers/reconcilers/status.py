@@ -13,14 +13,13 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from controllers.reconcilers import api, conditions
-from controllers.runtime import apply, events, objects
-from controllers.runtime import client as clients
+from controllers.runtime import apiclient, apply, events, eventsink, objects
 from controllers.runtime.objects import Resource
 
 
 def write(
-    api_client: clients.Client,
-    recorder: events.EventRecorder,
+    api_client: apiclient.Writer,
+    recorder: eventsink.EventSink,
     obj: Mapping[str, Any],
     resource: Resource,
     *,

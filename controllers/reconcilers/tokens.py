@@ -18,9 +18,8 @@ happens once per credential lifetime.
 from __future__ import annotations
 
 from controllers.reconcilers import api
-from controllers.runtime import client as clients
+from controllers.runtime import apiclient, objects
 from controllers.runtime import errors as api_errors
-from controllers.runtime import objects
 from rotator import errors
 from rotator.observe import Observer
 
@@ -47,7 +46,7 @@ def permits(service_account: objects.Body, policy: str) -> bool:
 
 
 class ServiceAccountTokens:
-    def __init__(self, api_client: clients.Client, observer: Observer) -> None:
+    def __init__(self, api_client: apiclient.ApiClient, observer: Observer) -> None:
         self._api = api_client
         self._observer = observer
 

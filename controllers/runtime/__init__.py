@@ -9,9 +9,12 @@ One behaviour per module, each building on the one below it:
 - ``errors`` / ``client``: a JSON REST client for the Kubernetes API with a classified error tree.
 - ``objects``: typed views over raw Kubernetes bodies (plain decoded JSON).
 - ``store`` / ``informer`` / ``cache``: list+watch informers feeding indexed stores.
-- ``reconcile`` / ``sources`` / ``channel`` / ``controller``: the reconcile contract and loop.
+- ``reconcile`` / ``sources`` / ``controller``: the reconcile contract and loop.
+- ``builder``: a controller's sources declared beside its reconciler (``For``/``Owns``/``Watches``).
 - ``leaderelection`` / ``events`` / ``metrics`` / ``health`` / ``manager``: running it all.
-- ``tlsserving`` / ``metricsauth`` / ``expiring``: HTTPS metrics for callers RBAC allows (cached).
+- ``tlsserving`` / ``metricsauth``: HTTPS metrics for callers RBAC allows (cached in
+  ``rotator.expiring``, the one cache both layers share).
 
-Nothing here knows about credentials, and nothing here imports ``rotator``.
+Nothing here knows about credentials, and nothing here imports ``rotator`` but
+``rotator.expiring`` (standard library only; see its docstring).
 """

@@ -14,13 +14,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from controllers.runtime import apiclient, objects
 from controllers.runtime import client as clients
-from controllers.runtime import objects
 from controllers.runtime.objects import Body, Resource
 
 
 def apply(
-    api: clients.Client,
+    api: apiclient.Writer,
     resource: Resource,
     body: Mapping[str, Any],
     *,

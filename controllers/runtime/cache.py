@@ -12,10 +12,11 @@ import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
+from controllers.runtime import apiclient, errors, objects
 from controllers.runtime import client as clients
 from controllers.runtime import clock as clocks
-from controllers.runtime import errors, objects
 from controllers.runtime.informer import Informer, InformerOptions, Transform
 from controllers.runtime.objects import Body, ObjectKey, Resource
 
@@ -118,6 +119,15 @@ class Cache:
             ]
 
 
+class FullObjects(Protocol):
+    """What a reconciler calls on a :class:`FullObjectReader`; a test hands it a stand-in
+    reading the in-memory API server (``tests/support/memapi.py``) without a ``cast``."""
+
+    def get(self, namespace: str, name: str) -> Body | None: ...
+
+    def forget(self, namespace: str, name: str) -> None: ...
+
+
 class FullObjectReader:
     """Full bodies of the few objects of a kind watched metadata-only (Secrets a policy uses).
 
@@ -135,7 +145,7 @@ class FullObjectReader:
     """
 
     def __init__(
-        self, api: clients.Client, informer: Informer, *, max_bytes: int = 16 * 1024 * 1024
+        self, api: apiclient.Reader, informer: Informer, *, max_bytes: int = 16 * 1024 * 1024
     ) -> None:
         if not informer.metadata_only:
             raise ValueError("a FullObjectReader sits over a metadata-only informer")

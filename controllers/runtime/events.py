@@ -37,10 +37,9 @@ from typing import Any
 
 import structlog
 
-from controllers.runtime import client as clients
+from controllers.runtime import apiclient, objects
 from controllers.runtime import clock as clocks
 from controllers.runtime import metrics as metric_families
-from controllers.runtime import objects
 
 log = structlog.get_logger(__name__)
 
@@ -112,7 +111,7 @@ class EventRecorder:
 
     def __init__(
         self,
-        api: clients.Client,
+        api: apiclient.Writer,
         *,
         component: str,
         instance: str,

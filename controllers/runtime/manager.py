@@ -33,7 +33,6 @@ from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from controllers.runtime import cache as caches
-from controllers.runtime import channel as channels
 from controllers.runtime import client as clients
 from controllers.runtime import clock as clocks
 from controllers.runtime import controller as controllers
@@ -141,9 +140,6 @@ class Manager:
         )
         self._controllers.append(controller)
         return controller
-
-    def new_channel(self, name: str, capacity: int = 1024) -> channels.Channel[reconcile.Request]:
-        return channels.Channel(name, capacity=capacity, metrics=self.metrics)
 
     @property
     def servers(self) -> list[health.Server]:

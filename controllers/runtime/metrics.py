@@ -22,7 +22,7 @@ _QUEUE_BUCKETS = tuple(10.0**e for e in range(-8, 4))  # 10 ns … 1000 s, as cl
 
 class Metrics:
     """Every runtime metric family, on ``registry``. controller-runtime's and client-go's keep
-    their names; the runtime's own (event channels, dropped Events) are named
+    their names; the runtime's own (dropped Events) are named
     ``<prefix>_…`` by the application that owns the process."""
 
     def __init__(
@@ -120,18 +120,6 @@ class Metrics:
             ["verb"],
             registry=r,
         )
-        self.channel_depth = Gauge(
-            f"{prefix}_event_channel_depth",
-            "Keys waiting in an event channel between two controllers",
-            ["channel"],
-            registry=r,
-        )
-        self.channel_full = Counter(
-            f"{prefix}_event_channel_full_total",
-            "Sends that found an event channel full after waiting (the sender is retried)",
-            ["channel"],
-            registry=r,
-        )
         self.events_dropped = Counter(
             f"{prefix}_events_dropped_total",
             "Kubernetes Events not recorded: the recorder's buffer was full, the object's Events "
@@ -144,13 +132,6 @@ class Metrics:
 
     def for_requests(self, host: str) -> PrometheusRequestMetrics:
         return PrometheusRequestMetrics(self, host)
-
-    # ChannelMetrics
-    def depth(self, channel: str, depth: int) -> None:
-        self.channel_depth.labels(channel).set(depth)
-
-    def full(self, channel: str) -> None:
-        self.channel_full.labels(channel).inc()
 
 
 class PrometheusQueueMetrics:

@@ -3,24 +3,19 @@
 * :class:`Kind` — changes to the primary kind (``for_``): the object's own key.
 * :class:`Owned` — changes to objects a kind controls: the controlling owner's key.
 * :class:`Mapped` — changes to anything: keys computed by a function (usually an index lookup).
-* :class:`ChannelSource` — keys sent by another controller through a :class:`~.channel.Channel`.
+
+Controllers declare them through :mod:`.builder` (``for_`` / ``owns`` / ``watches``).
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
-import structlog
-
-from controllers.runtime import channel as channels
 from controllers.runtime import objects
 from controllers.runtime.informer import Informer
 from controllers.runtime.objects import Body, Resource
 from controllers.runtime.reconcile import Request
-
-log = structlog.get_logger(__name__)
 
 Enqueue = Callable[[Request], None]
 Predicate = Callable[[Body | None, Body], bool]
@@ -33,13 +28,6 @@ class Source(Protocol):
     def start(self, enqueue: Enqueue) -> None: ...
 
     def stop(self) -> None: ...
-
-
-def generation_changed(old: Body | None, new: Body) -> bool:
-    """Skips status-only updates (controller-runtime's ``GenerationChangedPredicate``)."""
-    if old is None:
-        return True
-    return objects.meta(old).get("generation") != objects.meta(new).get("generation")
 
 
 class _InformerSource:
@@ -122,29 +110,3 @@ class Mapped(_InformerSource):
 
     def _requests(self, obj: Body) -> Iterable[Request]:
         return self._mapper(obj)
-
-
-class ChannelSource:
-    """Takes keys from a channel on its own thread and enqueues them."""
-
-    def __init__(self, channel: channels.Channel[Request]) -> None:
-        self._channel = channel
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def start(self, enqueue: Enqueue) -> None:
-        def pump() -> None:
-            while not self._stop.is_set():
-                request = self._channel.receive(timeout=0.5)
-                if request is not None:
-                    enqueue(request)
-
-        self._thread = threading.Thread(
-            target=pump, name=f"channel-{self._channel.name}", daemon=True
-        )
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(2.0)

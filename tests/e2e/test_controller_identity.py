@@ -21,13 +21,23 @@ import pytest
 from controllers.reconcilers import api as rapi
 from controllers.reconcilers.credentialsources import CONTROLLER_IDENTITY_FLAG
 from controllers.runtime import client as clients
+from controllers.runtime import clock as clocks
 from controllers.runtime import errors, objects
 from rotator_devkit.controlplane.cluster import SERVICE_ACCOUNT_ISSUER
 from rotator_devkit.devenv import manifests
 from rotator_devkit.devenv.standins.azure import App, AzureStandIn
 from rotator_devkit.devenv.standins.azure_identity import SYSTEM_ASSIGNED, ManagedIdentityStandIn
+from rotator_devkit.devenv.standins.container import ContainerCredentials
 from rotator_devkit.devenv.standins.gce_metadata import TOKEN_KIND, GCEMetadataServer
 from rotator_devkit.devenv.standins.gcp import GCPStandIn
+from rotator_devkit.devenv.standins.sts import ASSUME_ROLE, STSProxy
+from tests.e2e.test_aws_identity import (
+    POD_IDENTITY_ROLE,
+    identity_source,
+    pod_identity_env,
+    target_role,
+)
+from tests.e2e.test_aws_identity import pod_identity as pod_identity  # noqa: PLC0414 - a fixture
 from tests.support import backoff, leaks
 from tests.support.chain import AWSChain
 from tests.support.controller import SERVICE_ACCOUNT, ControllerProcess
@@ -376,6 +386,77 @@ def test_controller_identity_is_refused_in_namespaces_not_listed(
         what="retried",
     )
     assert (imds.count("received"), metadata.count("received")) == calls, "no call at all"
+
+
+def test_a_namespace_taken_off_the_list_is_refused_at_once_on_every_cloud(
+    chain: AWSChain,
+    sts: STSProxy,
+    pod_identity: ContainerCredentials,
+    imds: ManagedIdentityStandIn,
+    metadata: GCEMetadataServer,
+    own_controller: StartController,
+    tmp_path: Path,
+) -> None:
+    """The operator narrows ``--controller-identity-namespaces`` and restarts the controller:
+    the AWS, GCP and Azure policies of the namespace taken off the list are refused at once —
+    ``Ready`` True with reason ``RotationFailed`` naming the flag, while the credentials already
+    served are valid, and a Warning Event — long before their renewal time (55 s after issue),
+    without a call to any provider: the reconciler holds every cloud to the list, not each
+    source at its next mint. Mutation caught: the identity check left out of the refresh
+    decision (GCP and Azure were refused only at their renewal, as before this rule)."""
+    role = target_role(chain)
+    sts.allow_assume(role, POD_IDENTITY_ROLE)
+    env = {
+        **imds_env(imds),
+        **metadata_env(metadata),
+        **pod_identity_env(pod_identity, tmp_path),
+    }
+    own = own_controller(env, chain.ns)
+    late: dict[str, Any] = {"renewBefore": "5s", "jitter": 0}
+    chain.create(
+        "policy",
+        "aws",
+        {
+            "type": "AWSCredentials",
+            "awsCredentials": {"region": "us-east-1", **identity_source(role)},
+            "rotation": late,
+        },
+    )
+    gcp_policy(chain, "gcp", {}, late)
+    azure_policy(chain, "az", {"clientID": USER_ASSIGNED}, late)
+    policies = ("aws", "gcp", "az")
+    for name in policies:
+        chain.wait_condition("policy", name, "Ready", "True", "CredentialsReady", timeout=60)
+    renewals = {}
+    for name in policies:
+        renewal = ((chain.get("policy", name) or {}).get("status") or {}).get("renewalTime")
+        assert renewal is not None, f"{name} has a renewal time"
+        renewals[name] = clocks.parse_rfc3339(renewal)
+    served = {name: chain.secret_data(rapi.derived_secret_name(name)) for name in policies}
+    session = f"rotator.{chain.ns}.aws"
+
+    def calls() -> tuple[int, ...]:
+        return (
+            pod_identity.count("received"),
+            len(sts.calls_of(ASSUME_ROLE, session)),
+            metadata.count("received"),
+            imds.count("received"),
+        )
+
+    before = calls()
+    own.restart(f"{CONTROLLER_IDENTITY_FLAG}=some-other-namespace")
+    for name in policies:
+        refused = chain.wait_condition(
+            "policy", name, "Ready", "True", "RotationFailed", timeout=renewals[name] - time.time()
+        )
+        assert time.time() < renewals[name], f"{name}: refused at once, not at its renewal"
+        assert CONTROLLER_IDENTITY_FLAG in refused["message"]
+        assert chain.ns in refused["message"]
+        assert "valid until" in refused["message"], "what is served stays until it expires"
+        wait_for(lambda n=name: "RotationFailed" in chain.event_reasons(n), what=f"{name} event")  # type: ignore[misc]
+    assert calls() == before, "no provider heard of them again"
+    for name in policies:
+        assert chain.secret_data(rapi.derived_secret_name(name)) == served[name], "not renewed"
 
 
 def test_restart_reuses_the_tokens_of_the_controller_identity(

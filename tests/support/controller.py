@@ -152,18 +152,14 @@ class ControllerProcess:
     def _busy(self) -> bool:
         assert self.proc is not None
         _, text = self.proc.http(self.proc.metrics_port, "/metrics")
-        gauges = (
-            "workqueue_depth{",
-            "controller_runtime_active_workers{",
-            "rotator_event_channel_depth{",
-        )
+        gauges = ("workqueue_depth{", "controller_runtime_active_workers{")
         return any(
             line.startswith(gauges) and not line.endswith(" 0.0") for line in text.splitlines()
         )
 
     def idle(self) -> bool:
-        """No queued, running or in-channel work, twice in a row 0.2 s apart (a key moving from
-        a channel to a queue is briefly in neither)."""
+        """No queued or running work, twice in a row 0.2 s apart (a key whose watch event is
+        still on its way to a queue is briefly in neither)."""
         if self._busy():
             return False
         time.sleep(0.2)  # the second look of a two-sample check, not synchronisation

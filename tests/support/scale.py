@@ -120,7 +120,7 @@ CACHED_VIEWS: dict[str, tuple[objects.Resource, bool, str | None, Transform]] = 
     ),
 }  # fmt: skip
 """Resource, metadata-only, label selector and view of each cache, as
-``controllers/reconcilers/setup.py`` wires them."""
+``controllers/reconcilers/chaincache.py`` makes them."""
 
 
 def cached_bytes(api: clients.Client, namespace: str) -> dict[str, tuple[int, float]]:

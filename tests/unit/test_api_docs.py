@@ -139,6 +139,25 @@ def _text(node: ast.expr, constants: dict[str, str]) -> str | None:
     return None
 
 
+def _condition_constructors() -> set[str]:
+    """The functions of conditions.py that build one condition type (``return Cond(TYPE, …)``),
+    whose first argument is the reason: ``ready(REASON, message, ok=…)``."""
+    tree = ast.parse((ROOT / "controllers/reconcilers/conditions.py").read_text(encoding="utf-8"))
+    return {
+        node.name
+        for node in tree.body
+        if isinstance(node, ast.FunctionDef)
+        and node.args.args
+        and node.args.args[0].arg == "reason"
+        and any(
+            isinstance(ret, ast.Return)
+            and isinstance(ret.value, ast.Call)
+            and _call_name(ret.value) == "Cond"
+            for ret in ast.walk(node)
+        )
+    }
+
+
 def contract_names() -> tuple[set[str], set[str]]:
     """(condition types, reasons) the code sets: condition updates ``true(TYPE, REASON, …)`` /
     ``false(…)``, Event reasons ``recorder.event(obj, kind, REASON, …)``, ``Unresolved(REASON,
@@ -149,6 +168,7 @@ def contract_names() -> tuple[set[str], set[str]]:
         constants.update(_string_constants(tree))
     types: set[str] = set()
     reasons = {v for k, v in constants.items() if k.startswith("REASON_")}
+    constructors = _condition_constructors()
     for tree in trees:
         for node in ast.walk(tree):
             if isinstance(node, ast.ClassDef):
@@ -167,6 +187,10 @@ def contract_names() -> tuple[set[str], set[str]]:
                     types.add(kind)
                 if reason := _text(args[1], constants):
                     reasons.add(reason)
+            elif name == "Cond" and args and (kind := _text(args[0], constants)):
+                types.add(kind)  # a constructor of one condition type (conditions.ready, …)
+            elif name in constructors and args and (reason := _text(args[0], constants)):
+                reasons.add(reason)
             elif (
                 (at := REASON_ARGUMENT.get(name)) is not None
                 and len(args) > at

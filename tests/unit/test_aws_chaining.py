@@ -265,14 +265,13 @@ CHAINED_IDENTITY = {
 
 
 def source(
-    namespaces: frozenset[str], ident: identity.ControllerIdentity, clients: Clients | None = None
+    ident: identity.ControllerIdentity, clients: Clients | None = None
 ) -> AWSCredentialsSource:
     return AWSCredentialsSource(
         clients=clients or Clients(NoObserver()),
         tokens=oidc.TokenSource(observer=NoObserver()),
         service_accounts=None,  # type: ignore[arg-type]  # never reached here
         identity=ident,
-        identity_namespaces=namespaces,
     )
 
 
@@ -286,28 +285,6 @@ def ctx(p: api.Policy, current: Credential | None = None, secrets: Any = None) -
     )
 
 
-@pytest.mark.parametrize("namespaces", [frozenset(), frozenset({"team-b"})])
-def test_the_controller_identity_is_refused_outside_the_listed_namespaces_before_any_call(
-    namespaces: frozenset[str],
-) -> None:
-    ident = NoIdentityCalls()
-    with pytest.raises(errors.CredentialError) as raised:
-        source(namespaces, ident).obtain(ctx(policy(CHAINED_IDENTITY)))
-    assert raised.value.reason == "ControllerIdentityNotAllowed"
-    assert "--controller-identity-namespaces" in str(raised.value)
-    assert ident.calls == 0
-
-
-def test_a_served_session_is_due_at_once_when_the_namespace_is_no_longer_listed() -> None:
-    served = Credential({"credentials": b"x"}, expires_at=NOW + 3000, issued_at=NOW - 600)
-    p = policy(CHAINED_IDENTITY)
-    assert source(frozenset(), NoIdentityCalls()).due_at(ctx(p, served)) == NOW
-    for allowed in ({"*"}, {"team-a"}):
-        due = source(frozenset(allowed), NoIdentityCalls()).due_at(ctx(p, served))
-        assert due is not None
-        assert due > NOW, "renewed on its schedule"
-
-
 def test_a_listed_namespace_gets_a_session_of_the_role_never_the_controller_keys() -> None:
     fake = FakeSTS(answer(NOW + 3600))
     clients = FakeClients(fake)
@@ -316,9 +293,7 @@ def test_a_listed_namespace_gets_a_session_of_the_role_never_the_controller_keys
         def session(self) -> sts.Session:
             return BASE
 
-    got = source(frozenset({"team-a"}), Controller(clients), clients).obtain(
-        ctx(policy(CHAINED_IDENTITY))
-    )
+    got = source(Controller(clients), clients).obtain(ctx(policy(CHAINED_IDENTITY)))
     text = got.data["credentials"].decode()
     assert "ASIACHAINED" in text
     assert "ASIABASE" not in text
@@ -339,7 +314,7 @@ def test_a_credentials_file_with_assume_role_is_minted_from_the_file_keys() -> N
     }
     fake = FakeSTS(answer(NOW + 900))
     clients = FakeClients(fake)
-    src = source(frozenset(), NoIdentityCalls(), clients)
+    src = source(NoIdentityCalls(), clients)
     p = policy(spec)
     assert src.calls_provider(p["spec"]), "minted: a chain is a provider call"
     assert not src.calls_provider(policy({"credentialsFile": spec["credentialsFile"]})["spec"])

@@ -1,5 +1,5 @@
-"""The ServiceBackend reconciler against a recording API and real stores with the controller's
-policy index: each ``ResolvedRefs`` reason, and no write when nothing changed.
+"""The ServiceBackend reconciler against an in-memory API server and real stores with the
+controller's policy index: each ``ResolvedRefs`` reason, and no write when nothing changed.
 
 Also here: the check that every condition reason docs/api.md documents for the three kinds is
 asserted by a reconciler unit test of that kind.
@@ -10,19 +10,17 @@ from __future__ import annotations
 import ast
 import re
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import pytest
 
 from controllers.reconcilers import api, indexes
 from controllers.reconcilers import backend as backend_mod
 from controllers.reconcilers.backend import BackendReconciler
-from controllers.runtime import client as clients
 from controllers.runtime import clock as clocks
-from controllers.runtime import events, objects
 from controllers.runtime.reconcile import Request
 from controllers.runtime.store import Store
-from tests.unit.test_route_reconciler import RecordingAPI, RecordingEvents
+from tests.support import memapi
 
 NS = "ns"
 NOW = 1_700_000_000.0
@@ -31,48 +29,49 @@ ROOT = Path(__file__).resolve().parents[2]
 
 class World:
     def __init__(self) -> None:
-        self.api = RecordingAPI()
-        self.recorder = RecordingEvents()
+        self.api = memapi.MemAPI()
+        self.recorder = memapi.RecordedEvents()
         self.backends, self.policies = Store(), Store()
         self.policies.add_index(indexes.POLICY_BY_BACKEND, indexes.policy_backends)
+        self.api.feed(api.BACKENDS, self.backends)
+        self.api.feed(api.POLICIES, self.policies)
         self.clock = clocks.FakeClock(NOW)
         self.reconciler = BackendReconciler(
-            api_client=cast(clients.Client, self.api),
+            api_client=self.api,
             backends=self.backends,
             policies=self.policies,
-            recorder=cast(events.EventRecorder, self.recorder),
+            recorder=self.recorder,
             clock=self.clock,
         )
-        self.backends.upsert(
-            {"metadata": {"name": "b", "namespace": NS, "generation": 1}, "spec": {}}
-        )
+        self.api.put(api.BACKENDS, {"metadata": {"name": "b", "namespace": NS}, "spec": {}})
 
     def created(self, at: float | str, *, status: dict[str, Any] | None = None) -> None:
         """Backend ``b`` was created at ``at`` (a time, or any text), with ``status``."""
-        md = {"name": "b", "namespace": NS, "generation": 1}
+        md = {"name": "b", "namespace": NS}
         stamp = clocks.rfc3339(at) if isinstance(at, float) else at
         backend: dict[str, Any] = {"metadata": {**md, "creationTimestamp": stamp}, "spec": {}}
         if status is not None:
             backend["status"] = status
-        self.backends.upsert(backend)
+        self.api.put(api.BACKENDS, backend)
 
     def policy(self, name: str, ready: dict[str, Any] | None, **metadata: Any) -> None:
         """A policy targeting backend ``b``, with ``ready`` as its Ready condition."""
-        self.policies.upsert(
+        self.api.put(
+            api.POLICIES,
             {
                 "metadata": {"name": name, "namespace": NS, **metadata},
                 "spec": {"type": "APIKey", "targetRefs": [{"name": "b"}]},
                 "status": {"conditions": [ready] if ready else []},
-            }
+            },
         )
 
     def reconcile(self) -> None:
         self.reconciler.reconcile(Request(NS, "b"))
+        self.api.sync()  # the informer brings the written status back
 
     def statuses(self) -> list[dict[str, Any]]:
-        return [
-            body["status"] for plural, _, body in self.api.writes if plural == "servicebackends"
-        ]
+        """The statuses written, in order."""
+        return [w.status for w in self.api.writes_to(api.BACKENDS, subresource="status")]
 
     def resolved(self) -> dict[str, Any]:
         conditions = self.statuses()[-1]["conditions"]
@@ -174,15 +173,17 @@ def test_no_settle_time_without_a_readable_past_creation_or_with_a_status(
 
 def test_an_unchanged_status_is_not_written_again(world: World) -> None:
     world.reconcile()
-    backend = dict(world.backends.get(objects.make_key(NS, "b")) or {})
-    world.backends.upsert({**backend, "status": world.statuses()[-1]})
     world.reconcile()
     assert len(world.statuses()) == 1
+    stored = world.api.stored(api.BACKENDS, NS, "b")
+    assert stored is not None
+    assert stored["status"] == world.statuses()[-1], "the server holds the one status written"
 
 
 def test_a_missing_or_deleted_backend_writes_nothing(world: World) -> None:
-    world.backends.upsert(
-        {"metadata": {"name": "b", "namespace": NS, "deletionTimestamp": "x"}, "spec": {}}
+    world.api.put(
+        api.BACKENDS,
+        {"metadata": {"name": "b", "namespace": NS, "deletionTimestamp": "x"}, "spec": {}},
     )
     world.reconcile()
     world.reconciler.reconcile(Request(NS, "gone"))
@@ -194,7 +195,7 @@ def test_a_missing_or_deleted_backend_writes_nothing(world: World) -> None:
 TESTS_OF = {
     "BackendSecurityPolicy": ("test_policy_reconciler.py", "test_policy_faults.py"),
     "ServiceBackend": ("test_backend_reconciler.py",),
-    "Route": ("test_route_reconciler.py", "test_rollout_restarts.py"),
+    "Route": ("test_route_reconciler.py", "test_rollout_restarts.py", "test_litellmconfig.py"),
 }
 """The unit tests of each kind's reconciler."""
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import base64
 import io
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import pytest
 import yaml
@@ -16,9 +16,9 @@ from controllers import cli
 from controllers.commands import entry, humanize, policyview, renew, status, target
 from controllers.commands.errors import CommandError, UsageError
 from controllers.reconcilers import api
-from controllers.runtime import client as clients
 from controllers.runtime import clock as clocks
-from controllers.runtime import errors, objects
+from controllers.runtime import objects
+from tests.support import memapi
 
 NOW = clocks.parse_rfc3339("2026-11-29T12:00:00Z")
 
@@ -379,35 +379,57 @@ def test_status_of_a_new_copied_policy_says_what_is_missing() -> None:
 # --- renew --wait, on a fake clock -----------------------------------------------------------
 
 
-class FakePolicyAPI:
-    """The two objects renew reads, and what the controller does in between: ``script`` is
-    called with the annotation value at every read after the request."""
+class Renewal:
+    """The two objects renew reads, on the in-memory API server, and what the controller does in
+    between: ``script`` is called with the requested annotation value before every read after
+    the request."""
 
     def __init__(self, pol: dict[str, Any], script: Any) -> None:
-        self.policy = pol
-        self.secret: dict[str, Any] = {"metadata": {"name": "rotator-bsp-sa", "annotations": {}}}
+        self.api = memapi.MemAPI()
+        self.api.put(api.POLICIES, pol)
+        self.served({})
         self.script = script
-        self.patches: list[Any] = []
         self.reads = 0
+        self.api.intercept(self._before)
 
-    def get(self, resource: objects.Resource, name: str, **kwargs: Any) -> dict[str, Any]:
-        if self.patches:
-            value = self.patches[-1]["metadata"]["annotations"][api.ROTATE_REQUESTED_ANNOTATION]
-            self.script(self, value)
-        if resource == objects.SECRETS:
-            assert kwargs.get("metadata_only"), "renew never reads the Secret's data"
-            return self.secret
-        return self.policy
+    def _before(self, call: memapi.Call) -> None:
+        if call.verb is not memapi.Verb.GET:
+            return
+        if call.resource == objects.SECRETS:
+            assert call.metadata_only, "renew never reads the Secret's data"
+        if requests := self.requests():
+            self.script(
+                self, requests[-1]["metadata"]["annotations"][api.ROTATE_REQUESTED_ANNOTATION]
+            )
 
-    def patch(self, resource: objects.Resource, name: str, body: Any, **kwargs: Any) -> Any:
-        self.patches.append(body)
-        return self.policy
+    def requests(self) -> list[Any]:
+        """The patches renew sent to the policy."""
+        return [w.body for w in self.api.writes_to(api.POLICIES)]
+
+    def served(self, annotations: dict[str, str]) -> None:
+        """The controller (re)wrote the derived Secret with ``annotations``."""
+        self.api.put(
+            objects.SECRETS,
+            {
+                "metadata": {
+                    "name": "rotator-bsp-sa",
+                    "namespace": "team-a",
+                    "annotations": annotations,
+                }
+            },
+        )
+
+    def status(self, status: dict[str, Any]) -> None:
+        """The controller wrote the policy's status."""
+        was = self.api.stored(api.POLICIES, "team-a", "sa")
+        assert was is not None
+        self.api.put(api.POLICIES, {**was, "status": status})
 
 
-def run_renew(fake: FakePolicyAPI, timeout: float = 10.0) -> tuple[str, str, float]:
+def run_renew(fake: Renewal, timeout: float = 10.0) -> tuple[str, str, float]:
     clock = clocks.FakeClock(start=NOW)
     out, err = io.StringIO(), io.StringIO()
-    where = target.Target(cast(clients.Client, fake), "team-a", "sa")
+    where = target.Target(fake.api, "team-a", "sa")
     options = renew.RenewOptions(wait=True, timeout=timeout, interval=0.5)
     try:
         renew.renew(where, options, clock=clock, sleep=clock.advance, out=out, err=err)
@@ -417,20 +439,24 @@ def run_renew(fake: FakePolicyAPI, timeout: float = 10.0) -> tuple[str, str, flo
 
 
 def test_renew_waits_until_the_derived_secret_answers_this_request() -> None:
-    def controller(fake: FakePolicyAPI, value: str) -> None:
+    def controller(fake: Renewal, value: str) -> None:
         fake.reads += 1
         if fake.reads >= 5:  # the third poll (each reads the Secret, then the policy)
-            fake.secret["metadata"]["annotations"] = {
-                api.ANSWERED_REQUEST_ANNOTATION: value,
-                api.ISSUED_AT_ANNOTATION: at(1),
-                api.EXPIRATION_ANNOTATION: at(3601),
-            }
+            fake.served(
+                {
+                    api.ANSWERED_REQUEST_ANNOTATION: value,
+                    api.ISSUED_AT_ANNOTATION: at(1),
+                    api.EXPIRATION_ANNOTATION: at(3601),
+                }
+            )
 
-    fake = FakePolicyAPI(policy(), controller)
+    fake = Renewal(policy(), controller)
     out, _, elapsed = run_renew(fake)
     value = renew.request_value(NOW)
     assert value == "2026-11-29T12:00:00.000000Z"
-    assert fake.patches == [{"metadata": {"annotations": {api.ROTATE_REQUESTED_ANNOTATION: value}}}]
+    assert fake.requests() == [
+        {"metadata": {"annotations": {api.ROTATE_REQUESTED_ANNOTATION: value}}}
+    ]
     assert elapsed == 1.0
     assert out.splitlines() == [
         f"rotation requested: backendsecuritypolicy/sa in namespace team-a "
@@ -441,27 +467,31 @@ def test_renew_waits_until_the_derived_secret_answers_this_request() -> None:
 
 
 def test_renew_fails_at_once_on_a_final_failure() -> None:
-    def controller(fake: FakePolicyAPI, value: str) -> None:
-        fake.policy["status"] = {
-            "failedAttempts": 1,
-            "lastFailureTime": at(0),
-            "conditions": [ready("False", "ServiceAccountNotPermitted", "not allowed")],
-        }
+    def controller(fake: Renewal, value: str) -> None:
+        fake.status(
+            {
+                "failedAttempts": 1,
+                "lastFailureTime": at(0),
+                "conditions": [ready("False", "ServiceAccountNotPermitted", "not allowed")],
+            }
+        )
 
     with pytest.raises(CommandError, match="Ready=False ServiceAccountNotPermitted: not allowed"):
-        run_renew(FakePolicyAPI(policy(), controller))
+        run_renew(Renewal(policy(), controller))
 
 
 def test_renew_times_out_naming_the_last_failure() -> None:
-    def controller(fake: FakePolicyAPI, value: str) -> None:
-        fake.policy["status"] = {
-            "failedAttempts": 1,
-            "lastFailureTime": at(0),
-            "conditions": [ready("True", "RotationFailed", "Secret oidc-client not found")],
-        }
+    def controller(fake: Renewal, value: str) -> None:
+        fake.status(
+            {
+                "failedAttempts": 1,
+                "lastFailureTime": at(0),
+                "conditions": [ready("True", "RotationFailed", "Secret oidc-client not found")],
+            }
+        )
 
     with pytest.raises(CommandError) as failed:
-        run_renew(FakePolicyAPI(policy(), controller), timeout=5)
+        run_renew(Renewal(policy(), controller), timeout=5)
     assert str(failed.value) == (
         "timed out after 5.0 s waiting for backendsecuritypolicy/sa in namespace team-a to serve "
         "a new credential; last failure: Ready=True RotationFailed: Secret oidc-client "
@@ -472,20 +502,15 @@ def test_renew_times_out_naming_the_last_failure() -> None:
 def test_renew_refuses_copied_credentials_without_touching_the_policy() -> None:
     copied = policy()
     copied["spec"] = {"type": "APIKey", "apiKey": {"secretRef": {"name": "k"}}}
-    fake = FakePolicyAPI(copied, lambda fake, value: None)
+    fake = Renewal(copied, lambda fake, value: None)
     with pytest.raises(CommandError, match="copies its credential from a Secret"):
         run_renew(fake)
-    assert fake.patches == []
+    assert fake.api.writes == []
 
 
 def test_a_missing_policy_exits_1(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    class Missing:
-        def get(self, *args: Any, **kwargs: Any) -> Any:
-            raise errors.NotFound("not found", status=404, reason="NotFound")
-
-    monkeypatch.setattr(
-        target, "connect", lambda words, **kw: target.Target(cast(Any, Missing()), "ns", "x")
-    )
+    empty = memapi.MemAPI()  # holds no policy: NotFound
+    monkeypatch.setattr(target, "connect", lambda words, **kw: target.Target(empty, "ns", "x"))
     err = io.StringIO()
     args = cli.build_parser().parse_args(["status", "bsp/x"])
     assert entry.run(args, out=io.StringIO(), err=err) == 1

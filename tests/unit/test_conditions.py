@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from controllers.reconcilers import conditions
+from controllers.reconcilers import api, conditions
 from controllers.reconcilers.conditions import false, true
 
 
@@ -42,3 +42,17 @@ def test_transitions_are_status_or_reason_changes() -> None:
         now=1,
     )
     assert [c["type"] for c in conditions.transitions(before, after)] == ["Accepted"]
+
+
+def test_one_constructor_per_condition_type() -> None:
+    """``Accepted`` reads the same wherever it is built; ``Ready`` and ``RenewBeforeHonored``
+    carry the caller's reason and polarity."""
+    assert conditions.accepted() == true(api.ACCEPTED, api.REASON_ACCEPTED, "the spec is valid")
+    assert conditions.accepted("Unsupported", "no", ok=False) == false(
+        api.ACCEPTED, "Unsupported", "no"
+    )
+    assert conditions.ready("R", "m", ok=True) == true(api.READY, "R", "m")
+    assert conditions.ready("R", "m", ok=False) == false(api.READY, "R", "m")
+    assert conditions.renew_before_honored("R", "m", ok=False) == false(
+        api.RENEW_BEFORE_HONORED, "R", "m"
+    )

@@ -1,5 +1,6 @@
-"""The controller's own identity as a credential source: the tenancy gate (before any provider
-call), workload or managed identity chosen from the environment, how managed identity and
+"""The controller's own identity as a credential source: the tenancy gate, which the policy
+reconciler holds every source to alike (before any provider call, and at once for a credential
+served under an earlier list), workload or managed identity chosen from the environment, how managed identity and
 Application Default Credentials failures are classified, and ADC looked for once however many
 policies mint at the same time."""
 
@@ -7,7 +8,8 @@ from __future__ import annotations
 
 import datetime
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, cast
 
 import google.auth.credentials
@@ -15,25 +17,37 @@ import google.auth.exceptions
 import pytest
 from azure.core.exceptions import ClientAuthenticationError
 from azure.identity import CredentialUnavailableError
+from prometheus_client import CollectorRegistry
 
-from controllers.reconcilers import api
+from controllers.reconcilers import api, derived, echoes, secretviews
 from controllers.reconcilers.credentialsources import (
     CONTROLLER_IDENTITY_FLAG,
     ControllerIdentityNotAllowed,
+    CredentialSource,
     SourceContext,
-    check_controller_identity,
+    controller_identity_refusal,
     parse_controller_identity_namespaces,
 )
+from controllers.reconcilers.credentialsources.aws import AWSCredentialsSource
 from controllers.reconcilers.credentialsources.azure import AzureCredentialsSource
 from controllers.reconcilers.credentialsources.gcp import GCPCredentialsSource
+from controllers.reconcilers.credentialsources.lazy import Lazy
+from controllers.reconcilers.metrics import CredentialMetrics
+from controllers.reconcilers.policy import PolicyReconciler
 from controllers.reconcilers.tokens import ServiceAccountTokens
+from controllers.runtime import clock as clocks
+from controllers.runtime import objects
+from controllers.runtime.reconcile import Request
+from controllers.runtime.store import Store
 from rotator import errors, oidc
 from rotator.credentials import Credential
 from rotator.observe import NoObserver
 from rotator.providercalls import Failure
 from rotator.providers import azure
+from rotator.providers.aws.identity import ControllerIdentity
 from rotator.providers.gcp import adc
 from rotator.providers.gcp.common import DATA_KEY, Endpoints, Transport
+from tests.support import memapi
 
 SCOPE = "https://cognitiveservices.azure.com/.default"
 LATER = datetime.datetime(2030, 1, 1, 12, 0, 0)  # google-auth's naive UTC
@@ -87,15 +101,15 @@ def test_the_flag_lists_namespaces_and_defaults_to_none() -> None:
 def test_only_listed_namespaces_may_use_the_controller_identity(
     allowed: frozenset[str], namespace: str, ok: bool
 ) -> None:
+    refusal = controller_identity_refusal(allowed, namespace)
     if ok:
-        check_controller_identity(allowed, namespace)
+        assert refusal is None
         return
-    with pytest.raises(ControllerIdentityNotAllowed) as raised:
-        check_controller_identity(allowed, namespace)
-    assert isinstance(raised.value, errors.InvalidInput), "permanent until the flag changes"
-    assert raised.value.reason == "ControllerIdentityNotAllowed"
-    assert CONTROLLER_IDENTITY_FLAG in str(raised.value)
-    assert namespace in str(raised.value)
+    assert isinstance(refusal, ControllerIdentityNotAllowed)
+    assert isinstance(refusal, errors.InvalidInput), "permanent until the flag changes"
+    assert refusal.reason == "ControllerIdentityNotAllowed"
+    assert CONTROLLER_IDENTITY_FLAG in str(refusal)
+    assert namespace in str(refusal)
 
 
 class FakeAzure:
@@ -107,21 +121,17 @@ class FakeAzure:
         return Credential({azure.DATA_KEY: b"token"}, expires_at=100.0)
 
 
-def azure_source(fake: FakeAzure, namespaces: frozenset[str]) -> AzureCredentialsSource:
+def azure_source(fake: FakeAzure) -> AzureCredentialsSource:
     return AzureCredentialsSource(
         azure=cast(azure.Azure, fake),
         tokens=cast(oidc.TokenSource, None),
         service_accounts=cast(ServiceAccountTokens, None),
-        controller_identity_namespaces=namespaces,
     )
 
 
-def test_azure_controller_identity_is_checked_before_any_call() -> None:
+def test_azure_controller_identity_asks_for_the_scope_with_the_client_id() -> None:
     fake = FakeAzure()
-    source = azure_source(fake, frozenset({"team-a"}))
-    with pytest.raises(ControllerIdentityNotAllowed):
-        source.obtain(context("team-b", AZURE_SPEC))
-    assert fake.calls == []
+    source = azure_source(fake)
     assert source.obtain(context("team-a", AZURE_SPEC)).expires_at == 100.0
     assert fake.calls == [("uai", SCOPE)]
     assert source.secret_refs(cast(api.PolicySpec, AZURE_SPEC)) == []
@@ -161,28 +171,19 @@ class Finder:
         return FakeGoogleCredentials(), "project"
 
 
-def gcp_source(finder: Finder, namespaces: frozenset[str]) -> GCPCredentialsSource:
+def gcp_source(finder: Finder) -> GCPCredentialsSource:
     return GCPCredentialsSource(
         transport=Transport(NoObserver()),
         endpoints=Endpoints(),
         tokens=cast(oidc.TokenSource, None),
         service_accounts=cast(ServiceAccountTokens, None),
         application_default=adc.ApplicationDefault(NoObserver(), find=finder),
-        controller_identity_namespaces=namespaces,
     )
-
-
-def test_gcp_controller_identity_is_checked_before_looking_for_credentials() -> None:
-    finder = Finder()
-    source = gcp_source(finder, frozenset())
-    with pytest.raises(ControllerIdentityNotAllowed):
-        source.obtain(context("team-a", GCP_SPEC))
-    assert finder.looks == 0
 
 
 def test_gcp_controller_identity_tokens_carry_google_expiry_and_adc_is_found_once() -> None:
     finder = Finder()
-    source = gcp_source(finder, frozenset({"*"}))
+    source = gcp_source(finder)
     first = source.obtain(context("team-a", GCP_SPEC))
     second = source.obtain(context("team-b", GCP_SPEC))
     assert first.data[DATA_KEY] != second.data[DATA_KEY], "a fresh token each time"
@@ -234,6 +235,183 @@ def test_a_failed_look_fails_its_waiters_and_is_tried_again() -> None:
     assert {getattr(e, "code", None) for e in outcomes} == {"NoDefaultCredentials"}
     finder.fail = False
     assert found.token()[0].startswith("ya29."), "the next mint looks again"
+
+
+# --- the gate, held by the policy reconciler for every cloud alike -----------------------------
+
+NS_A = "team-a"
+NOW = 1_700_000_000.0
+AWS_SPEC = {
+    "type": "AWSCredentials",
+    "awsCredentials": {
+        "region": "us-east-1",
+        "controllerIdentity": {},
+        "assumeRole": {"roleArn": "arn:aws:iam::123456789012:role/r", "sessionDuration": "1h"},
+    },
+}
+
+
+@dataclass
+class Cloud:
+    """A real source of one cloud, over a fake that counts the calls its identity makes."""
+
+    spec: dict[str, Any]
+    source: CredentialSource
+    calls: Callable[[], int]
+
+
+def aws_cloud() -> Cloud:
+    built: list[int] = []
+
+    def identity() -> ControllerIdentity:
+        built.append(1)
+        raise AssertionError("the controller's own AWS identity was used")
+
+    source = AWSCredentialsSource(
+        clients=cast(Any, None),
+        tokens=cast(oidc.TokenSource, None),
+        service_accounts=cast(ServiceAccountTokens, None),
+        identity=Lazy(identity),
+    )
+    return Cloud(AWS_SPEC, source, lambda: len(built))
+
+
+def gcp_cloud() -> Cloud:
+    finder = Finder()
+    return Cloud(GCP_SPEC, gcp_source(finder), lambda: finder.looks)
+
+
+def azure_cloud() -> Cloud:
+    fake = FakeAzure()
+    return Cloud(AZURE_SPEC, azure_source(fake), lambda: len(fake.calls))
+
+
+CLOUDS = pytest.mark.parametrize(
+    "make", [aws_cloud, gcp_cloud, azure_cloud], ids=["aws", "gcp", "azure"]
+)
+
+
+class Reconciling:
+    """The policy reconciler over one cloud's source, an in-memory API server
+    (tests/support/memapi.py) and a fake clock; the policy ``p`` in namespace ``team-a``."""
+
+    def __init__(self, cloud: Cloud, namespaces: frozenset[str]) -> None:
+        self.api, self.events = memapi.MemAPI(), memapi.RecordedEvents()
+        self.registry = CollectorRegistry()
+        self.managed, policies = Store(), Store()
+        self.api.feed(api.POLICIES, policies)
+        self.api.feed(objects.SECRETS, self.managed, view=secretviews.managed)
+        self.policy: dict[str, Any] = self.api.put(
+            api.POLICIES,
+            {
+                "apiVersion": api.API_VERSION,
+                "kind": "BackendSecurityPolicy",
+                "metadata": {"name": "p", "namespace": NS_A, "uid": "u", "generation": 1},
+                "spec": cloud.spec,
+            },
+        )
+        self.reconciler = PolicyReconciler(
+            api_client=self.api,
+            policies=policies,
+            managed_secrets=self.managed,
+            secrets=memapi.FullBodies(self.api),  # an identity spec reads no Secret
+            secret_versions=Store(),
+            sources={cloud.spec["type"]: cloud.source},
+            recorder=self.events,
+            metrics=CredentialMetrics(self.registry),
+            own_writes=echoes.OwnWrites(),
+            clock=clocks.FakeClock(NOW),
+            controller_identity_namespaces=namespaces,
+        )
+
+    def serve(self) -> None:
+        """A fresh credential, minted under an earlier list: issued a minute ago, for an hour."""
+        credential = Credential({"token": b"t"}, expires_at=NOW + 3540, issued_at=NOW - 60)
+        secret = derived.build(cast(api.Policy, self.policy), credential, minted=True)
+        self.api.put(objects.SECRETS, secret, field_manager=api.FIELD_MANAGER)
+
+    def reconcile(self) -> float | None:
+        return self.reconciler.reconcile(Request(NS_A, "p")).requeue_after
+
+    def ready(self) -> dict[str, Any]:
+        (*_, last) = self.api.writes_to(api.POLICIES, subresource="status")
+        return next(c for c in last.status["conditions"] if c["type"] == api.READY)
+
+    def secret_writes(self) -> list[Any]:
+        """The derived Secret's writes, as sent."""
+        return [w.body for w in self.api.writes_to(objects.SECRETS)]
+
+    def failures(self) -> float | None:
+        kind = self.policy["spec"]["type"]
+        labels = {"type": kind, "result": "failure"}
+        return self.registry.get_sample_value("rotator_rotations_total", labels)
+
+
+@CLOUDS
+def test_each_source_says_which_specs_wear_the_controller_identity(
+    make: Callable[[], Cloud],
+) -> None:
+    cloud = make()
+    assert cloud.source.uses_controller_identity(cast(api.PolicySpec, cloud.spec))
+    block = api.CREDENTIAL_BLOCKS[cloud.spec["type"]]
+    other = {k: v for k, v in cloud.spec[block].items() if k != "controllerIdentity"}
+    spec = cast(api.PolicySpec, {**cloud.spec, block: other})
+    assert not cloud.source.uses_controller_identity(spec)
+
+
+@CLOUDS
+@pytest.mark.parametrize("namespaces", [frozenset(), frozenset({"team-b"})])
+def test_each_cloud_is_refused_outside_the_listed_namespaces_before_any_call(
+    make: Callable[[], Cloud], namespaces: frozenset[str]
+) -> None:
+    cloud = make()
+    world = Reconciling(cloud, namespaces)
+    delay = world.reconcile()
+    ready = world.ready()
+    assert (ready["status"], ready["reason"]) == ("False", "ControllerIdentityNotAllowed")
+    assert CONTROLLER_IDENTITY_FLAG in ready["message"]
+    assert NS_A in ready["message"]
+    assert ("Warning", "ControllerIdentityNotAllowed") in [e[:2] for e in world.events.events]
+    assert cloud.calls() == 0, "no provider call"
+    assert world.secret_writes() == []
+    assert world.failures() == 1.0, "a refused refresh counts as a failed rotation"
+    assert delay is not None
+    assert delay > 0, "retried with backoff"
+
+
+@CLOUDS
+def test_a_credential_served_under_an_earlier_list_is_refused_at_once(
+    make: Callable[[], Cloud],
+) -> None:
+    """The namespace was taken off the list while its credential is fresh: refused now, not at
+    its renewal (40 min away) — and never renewed. Mutation caught: the identity check left out
+    of the decision (the credential kept until its renewal time, as GCP and Azure once did)."""
+    cloud = make()
+    world = Reconciling(cloud, frozenset({"team-b"}))
+    world.serve()
+    delay = world.reconcile()
+    ready = world.ready()
+    assert (ready["status"], ready["reason"]) == ("True", "RotationFailed"), "still valid"
+    assert CONTROLLER_IDENTITY_FLAG in ready["message"]
+    assert ("Warning", "RotationFailed") in [e[:2] for e in world.events.events]
+    assert cloud.calls() == 0, "no provider call"
+    assert world.secret_writes() == [], "the served credential stays until it expires"
+    assert delay is not None
+    assert delay <= 3540
+
+
+@CLOUDS
+def test_a_credential_served_in_a_listed_namespace_is_kept_until_its_renewal(
+    make: Callable[[], Cloud],
+) -> None:
+    cloud = make()
+    world = Reconciling(cloud, frozenset({NS_A}))
+    world.serve()
+    delay = world.reconcile()
+    assert (world.ready()["status"], world.ready()["reason"]) == ("True", "CredentialsReady")
+    assert cloud.calls() == 0
+    assert delay is not None
+    assert delay > 600, "renewed on its schedule"
 
 
 # --- workload or managed identity --------------------------------------------------------------

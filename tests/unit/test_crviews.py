@@ -6,8 +6,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from controllers.reconcilers import api, crviews
-from controllers.reconcilers.setup import _spec_or_annotations_changed
+from controllers.reconcilers import api, crviews, predicates
 from controllers.runtime.informer import strip_never_read
 
 STATUS = {
@@ -62,14 +61,17 @@ def test_a_policy_keeps_identity_finalizers_its_own_annotations_spec_and_status(
 
 
 def test_another_tools_annotation_no_longer_wakes_a_policy() -> None:
-    """Mutation caught: the policy view keeping every annotation."""
-    before = crviews.policy(listed("BackendSecurityPolicy"))
+    """Neither the view (above) nor the policy's predicate keeps another tool's annotation.
+    Mutation caught: the predicate comparing every annotation."""
+    changed = predicates.annotations_changed(crviews.ROTATOR_ANNOTATION_PREFIX)
+    before = listed("BackendSecurityPolicy")
     edited = listed("BackendSecurityPolicy")
     edited["metadata"]["annotations"]["meta.helm.sh/release-name"] = "gw-2"
-    assert not _spec_or_annotations_changed(before, crviews.policy(edited))
+    assert not changed(before, edited)
+    assert not changed(crviews.policy(before), crviews.policy(edited))
     requested = listed("BackendSecurityPolicy")
     requested["metadata"]["annotations"][api.ROTATE_REQUESTED_ANNOTATION] = "again"
-    assert _spec_or_annotations_changed(before, crviews.policy(requested))
+    assert changed(crviews.policy(before), crviews.policy(requested))
 
 
 def test_backends_and_routes_keep_their_creation_time_and_no_labels_or_annotations() -> None:

@@ -1,4 +1,4 @@
-"""The Event recorder under load, against a fake API and a fake clock: a burst larger than the
+"""The Event recorder under load, against an in-memory API server and a fake clock: a burst larger than the
 buffer loses only the excess and logs one summary, drops are summarised at most once per interval,
 the per-object spam filter (client-go's: burst 25, one more every 5 minutes), repeats coalesced in
 the buffer and aggregated into the written Event's count, parallel senders, and a reconcile that
@@ -10,63 +10,60 @@ from __future__ import annotations
 import threading
 import zlib
 from collections.abc import Iterator, MutableMapping
-from typing import Any, cast
+from typing import Any
 
 import pytest
 from structlog.testing import capture_logs
 
-from controllers.runtime import client as clients
 from controllers.runtime import clock as clocks
 from controllers.runtime import errors as api_errors
 from controllers.runtime import events, objects
 from controllers.runtime.metrics import Metrics
+from tests.support import memapi
 from tests.support.polling import wait_for
 
 SECRETISH = "message-text-that-must-not-be-logged"
 
 
-class FakeAPI:
-    """Records Event creates and patches. ``gate``: held closed, every write waits for it;
-    ``barrier``: every create waits for that many to be in flight at once; ``refuse``: raised."""
+class Server:
+    """The in-memory API server, and what a test does to it: ``gate`` held closed, every write
+    waits for it; ``barrier``: every create waits for that many to be in flight at once;
+    ``entered`` is set once a write has reached the server (it may wait at the gate)."""
 
     def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.created: list[dict[str, Any]] = []
-        self.patched: list[tuple[str, dict[str, Any]]] = []
+        self.api = memapi.MemAPI()
         self.gate = threading.Event()
         self.gate.set()
         self.barrier: threading.Barrier | None = None
-        self.refuse: Exception | None = None
         self.entered = threading.Event()
-        """Set once a write has reached the API server (it may wait at the gate)."""
+        self.api.intercept(self._arrive)
 
-    def create(self, resource: objects.Resource, body: Any, **_: Any) -> dict[str, Any]:
-        assert resource == objects.EVENTS
-        self.entered.set()
+    def _arrive(self, call: memapi.Call) -> None:
+        assert call.resource == objects.EVENTS
+        if call.verb is memapi.Verb.CREATE:
+            self.entered.set()
         self.gate.wait()
-        if self.barrier is not None:
+        if call.verb is memapi.Verb.CREATE and self.barrier is not None:
             self.barrier.wait()
-        if self.refuse is not None:
-            raise self.refuse
-        with self.lock:
-            self.created.append(body)
-        return cast(dict[str, Any], body)
 
-    def patch(self, resource: objects.Resource, name: str, body: Any, **_: Any) -> dict[str, Any]:
-        assert resource == objects.EVENTS
-        self.gate.wait()
-        with self.lock:
-            self.patched.append((name, body))
-        return cast(dict[str, Any], body)
+    @property
+    def created(self) -> list[dict[str, Any]]:
+        """The Events created, as sent."""
+        return [w.body for w in self.api.writes if w.verb is memapi.Verb.CREATE]
+
+    @property
+    def patched(self) -> list[tuple[str, dict[str, Any]]]:
+        """The patches of written Events: (name, patch)."""
+        return [(w.name, w.body) for w in self.api.writes if w.verb is memapi.Verb.PATCH]
 
 
 class Setup:
     def __init__(self, **options: Any) -> None:
-        self.api = FakeAPI()
+        self.server = Server()
         self.clock = clocks.FakeClock()
         self.metrics = Metrics()
         self.recorder = events.EventRecorder(
-            cast(clients.Client, self.api),
+            self.server.api,
             component="rotator",
             instance="test",
             metrics=self.metrics,
@@ -94,12 +91,12 @@ def summaries(logs: list[MutableMapping[str, Any]]) -> list[MutableMapping[str, 
 
 
 @pytest.fixture
-def gate_released() -> Iterator[list[FakeAPI]]:
+def gate_released() -> Iterator[list[Server]]:
     """Opens every gate a test closed, so no sender thread is left waiting."""
-    apis: list[FakeAPI] = []
-    yield apis
-    for api in apis:
-        api.gate.set()
+    servers: list[Server] = []
+    yield servers
+    for server in servers:
+        server.gate.set()
 
 
 @pytest.mark.parametrize("senders", [1, 4])
@@ -116,7 +113,7 @@ def test_a_burst_larger_than_the_buffer_loses_only_the_excess_and_logs_one_summa
         assert summaries(logs) == [], "nothing logged before the interval is over"
         s.recorder.start()
         s.recorder.stop()
-    assert len(s.api.created) == 1000, "every Event that found room is written"
+    assert len(s.server.created) == 1000, "every Event that found room is written"
     (summary,) = summaries(logs)
     assert (summary["dropped"], summary[events.BUFFER_FULL]) == (500, 500)
     assert summary["summary"].startswith("dropped 500 events in the last")
@@ -161,7 +158,7 @@ def test_a_hot_loop_on_one_object_is_throttled_and_other_objects_are_not() -> No
         assert s.dropped() == 6
         s.recorder.start()
         s.recorder.stop()
-    per_object = [e["involvedObject"]["name"] for e in s.api.created]
+    per_object = [e["involvedObject"]["name"] for e in s.server.created]
     assert (per_object.count("o1"), per_object.count("o2")) == (26, 1)
     assert [line[events.THROTTLED] for line in summaries(logs)] == [5, 1]
 
@@ -177,7 +174,7 @@ def test_repeats_waiting_in_the_buffer_are_one_write_with_their_count() -> None:
     assert s.dropped() == 1
     s.recorder.start()
     s.recorder.stop()
-    counts = {e["involvedObject"]["name"]: e["count"] for e in s.api.created}
+    counts = {e["involvedObject"]["name"]: e["count"] for e in s.server.created}
     assert counts == {"o1": 3, "o2": 1}
 
 
@@ -190,7 +187,7 @@ def test_a_coalesced_repeat_is_written_after_what_the_object_recorded_in_between
         s.recorder.event(obj(1), events.WARNING, reason, "m")
     s.recorder.start()
     s.recorder.stop()
-    assert [(e["reason"], e["count"]) for e in s.api.created] == [
+    assert [(e["reason"], e["count"]) for e in s.server.created] == [
         ("CredentialsReady", 1),
         ("Expired", 2),
     ]
@@ -203,26 +200,26 @@ def test_a_repeat_of_a_written_event_bumps_its_count_and_a_late_one_is_new() -> 
     s.recorder.start()
     try:
         s.record(1)
-        wait_for(lambda: len(s.api.created) == 1, timeout=10, what="the first write")
+        wait_for(lambda: len(s.server.created) == 1, timeout=10, what="the first write")
         s.clock.advance(10)
         s.record(1)
-        wait_for(lambda: s.api.patched, timeout=10, what="the count bumped")
-        ((name, patch),) = s.api.patched
-        assert name == s.api.created[0]["metadata"]["name"]
+        wait_for(lambda: s.server.patched, timeout=10, what="the count bumped")
+        ((name, patch),) = s.server.patched
+        assert name == s.server.created[0]["metadata"]["name"]
         assert patch["count"] == 2
         s.clock.advance(601)
         s.record(1)
-        wait_for(lambda: len(s.api.created) == 2, timeout=10, what="a new Event")
+        wait_for(lambda: len(s.server.created) == 2, timeout=10, what="a new Event")
     finally:
         s.recorder.stop()
-    assert len(s.api.patched) == 1
+    assert len(s.server.patched) == 1
 
 
 def test_the_senders_write_in_parallel() -> None:
     """Four Events of objects owned by the four senders are in flight at once. Mutation caught:
     one sender thread (the barrier breaks after its timeout, the writes are refused)."""
     s = Setup(senders=4)
-    s.api.barrier = threading.Barrier(4, timeout=10)
+    s.server.barrier = threading.Barrier(4, timeout=10)
     owners: dict[int, int] = {}
     i = 0
     while len(owners) < 4:
@@ -232,18 +229,18 @@ def test_the_senders_write_in_parallel() -> None:
     try:
         for i in owners.values():
             s.record(i)
-        wait_for(lambda: len(s.api.created) == 4, timeout=20, what="four writes at once")
+        wait_for(lambda: len(s.server.created) == 4, timeout=20, what="four writes at once")
     finally:
         s.recorder.stop()
     assert s.dropped() == 0
 
 
-def test_recording_never_waits_for_the_api_server(gate_released: list[FakeAPI]) -> None:
+def test_recording_never_waits_for_the_api_server(gate_released: list[Server]) -> None:
     """The API server hangs; a burst of 5,000 Events is recorded all the same, keeping at most
     the buffer. Mutation caught: a blocking put (the recording thread never ends)."""
     s = Setup(buffer=100, senders=2)
-    s.api.gate.clear()
-    gate_released.append(s.api)
+    s.server.gate.clear()
+    gate_released.append(s.server)
     s.recorder.start()
     done = threading.Event()
 
@@ -255,15 +252,15 @@ def test_recording_never_waits_for_the_api_server(gate_released: list[FakeAPI]) 
     threading.Thread(target=burst, daemon=True).start()
     assert done.wait(timeout=30), "recording waited for the API server"
     assert 5000 - 100 - 2 <= s.dropped() <= 5000 - 100, "the buffer, and one in flight per sender"
-    s.api.gate.set()
+    s.server.gate.set()
     s.recorder.stop()
-    assert len(s.api.created) + s.dropped() == 5000, "every Event written or counted"
+    assert len(s.server.created) + s.dropped() == 5000, "every Event written or counted"
 
 
 def test_refused_events_are_counted_and_summarised_without_their_message() -> None:
     """Mutation caught: a log line per refused Event, or one carrying its message."""
     s = Setup(senders=1)
-    s.api.refuse = api_errors.Invalid(f"Event is invalid: {SECRETISH}")
+    s.server.api.fail(api_errors.Invalid(f"Event is invalid: {SECRETISH}"), times=None)
     for i in range(3):
         s.record(i)
     with capture_logs() as logs:
@@ -275,16 +272,16 @@ def test_refused_events_are_counted_and_summarised_without_their_message() -> No
     assert SECRETISH not in str(logs)
 
 
-def test_events_not_sent_by_the_end_of_stop_are_counted(gate_released: list[FakeAPI]) -> None:
+def test_events_not_sent_by_the_end_of_stop_are_counted(gate_released: list[Server]) -> None:
     """The API server hangs through the stop: the Event in flight and those waiting are counted
     and summarised. Mutation caught: forgetting either (lost silently)."""
     s = Setup(senders=1)
-    s.api.gate.clear()
-    gate_released.append(s.api)
+    s.server.gate.clear()
+    gate_released.append(s.server)
     s.recorder.start()
     for i in range(3):
         s.record(i)
-    assert s.api.entered.wait(timeout=10), "the first write is in flight"
+    assert s.server.entered.wait(timeout=10), "the first write is in flight"
     with capture_logs() as logs:
         s.recorder.stop(timeout=0.2)
     (summary,) = summaries(logs)

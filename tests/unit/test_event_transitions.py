@@ -8,38 +8,31 @@ Each test names the mutation it catches."""
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any
 
 from controllers.reconcilers import api, status
 from controllers.reconcilers.conditions import Cond, false, true
-from controllers.runtime import client as clients
-from controllers.runtime import events, objects
+from controllers.runtime import objects
+from tests.support import memapi
 from tests.unit import test_policy_reconciler as policies
 from tests.unit import test_route_reconciler as routes
-from tests.unit.test_policy_faults import Events, session
+from tests.unit.test_policy_faults import session
 
 NOW = policies.NOW
-
-
-class StatusAPI:
-    def __init__(self) -> None:
-        self.patches: list[Any] = []
-
-    def patch(self, resource: objects.Resource, name: str, body: Any, **_: Any) -> dict[str, Any]:
-        self.patches.append(body)
-        return cast(dict[str, Any], body)
 
 
 def write(
     obj: dict[str, Any], *updates: Cond, announce: tuple[str, ...] = ()
 ) -> list[tuple[str, str, str]]:
-    """The Events one status write records about ``obj``, whose status becomes the one written."""
-    recorder = Events()
-    statuses = StatusAPI()
+    """The Events one status write records about ``obj``, whose status becomes the one the
+    server holds after it."""
+    recorder = memapi.RecordedEvents()
+    server = memapi.MemAPI()
+    stored = server.put(api.BACKENDS, obj)
     status.write(
-        cast(clients.Client, statuses),
-        cast(events.EventRecorder, recorder),
-        obj,
+        server,
+        recorder,
+        stored,
         api.BACKENDS,
         fields={},
         updates=list(updates),
@@ -47,8 +40,10 @@ def write(
         event_types=("Ready",),
         announce=announce,
     )
-    if statuses.patches:
-        obj["status"] = statuses.patches[-1]["status"]
+    after = server.stored(api.BACKENDS, objects.namespace(obj), objects.name(obj))
+    assert after is not None
+    if "status" in after:
+        obj["status"] = after["status"]
     return recorder.events
 
 
@@ -99,7 +94,7 @@ def test_a_policy_that_creates_its_credentials_records_one_event() -> None:
     world = policies.World()
     world.source.outcome = session(NOW, NOW + 3600, b"k2")
     world.reconcile()
-    assert world.api.secret_writes(), "the derived Secret was created"
+    assert world.secret_writes(), "the derived Secret was created"
     (event,) = world.events.events
     assert event[:2] == ("Normal", "CredentialsReady")
     assert "rotator-bsp-p" in event[2]
@@ -112,7 +107,7 @@ def test_a_first_reconcile_that_finds_the_credentials_served_records_no_event() 
     world = policies.World()
     world.serve(policies.FRESH)
     world.reconcile()
-    assert world.api.secret_writes() == [], "nothing created"
+    assert world.secret_writes() == [], "nothing created"
     assert world.reason(api.READY) == ("True", "CredentialsReady")
     assert world.events.events == []
 

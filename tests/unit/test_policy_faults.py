@@ -1,6 +1,7 @@
 """The policy reconciler on bad state: the expiry metric survives a failing refresh, annotations
 that no longer parse are reported and repaired instead of raising on every reconcile. Run against
-in-memory stores, a recording API and a scripted credential source."""
+in-memory caches fed by an in-memory API server (tests/support/memapi.py) and a scripted
+credential source."""
 
 from __future__ import annotations
 
@@ -9,58 +10,23 @@ from typing import Any, cast
 import pytest
 from prometheus_client import CollectorRegistry
 
-from controllers.reconcilers import api, derived, echoes
+from controllers.reconcilers import api, derived, echoes, secretviews
 from controllers.reconcilers.credentialsources import CredentialSource, SourceContext
 from controllers.reconcilers.metrics import CredentialMetrics
 from controllers.reconcilers.policy import PolicyReconciler
-from controllers.runtime import client as clients
 from controllers.runtime import clock as clocks
-from controllers.runtime import events, objects
-from controllers.runtime.cache import FullObjectReader
+from controllers.runtime import objects
 from controllers.runtime.reconcile import Request
 from controllers.runtime.store import Store
 from rotator import errors
 from rotator.credentials import Credential
 from rotator.providers.aws import iam
+from tests.support import memapi
 
 NS = "ns"
 NOW = 1_700_000_000.0
 RETIRE = api.STATE_ANNOTATION_PREFIX + iam.RETIRE_AT
 PREVIOUS = api.STATE_ANNOTATION_PREFIX + iam.PREVIOUS_KEY
-
-
-class RecordingAPI:
-    def __init__(self) -> None:
-        self.patches: list[tuple[str, str, Any, str]] = []
-        self.extra_annotations: dict[str, str] = {}
-        """Annotations the server keeps on a written Secret (owned by another field manager)."""
-
-    def patch(self, resource: objects.Resource, name: str, body: Any, **kw: Any) -> dict[str, Any]:
-        self.patches.append((resource.plural, name, body, str(kw.get("patch_type", ""))))
-        if resource != objects.SECRETS or "data" not in body:
-            return cast(dict[str, Any], body)
-        md = body["metadata"]
-        annotations = {**self.extra_annotations, **md.get("annotations", {})}
-        return {**body, "metadata": {**md, "annotations": annotations, "resourceVersion": "2"}}
-
-    def secret_writes(self) -> list[Any]:
-        return [b for plural, _, b, _ in self.patches if plural == "secrets"]
-
-    def status(self) -> dict[str, Any]:
-        return cast(
-            dict[str, Any],
-            [b for plural, _, b, _ in self.patches if plural == "backendsecuritypolicies"][-1][
-                "status"
-            ],
-        )
-
-
-class Events:
-    def __init__(self) -> None:
-        self.events: list[tuple[str, str, str]] = []
-
-    def event(self, obj: Any, type_: str, reason: str, message: str) -> None:
-        self.events.append((type_, reason, message))
 
 
 class ScriptedSource(CredentialSource):
@@ -81,41 +47,61 @@ class ScriptedSource(CredentialSource):
 
 
 class World:
+    """Policy ``p`` and its derived Secret on the in-memory API server, whose caches (the
+    managed-Secret view, as the controller's) it feeds; the policy reconciler over them."""
+
     def __init__(self) -> None:
-        self.api = RecordingAPI()
-        self.events = Events()
+        self.api = memapi.MemAPI()
+        self.events = memapi.RecordedEvents()
         self.registry = CollectorRegistry()
         self.source = ScriptedSource()
         self.policies, self.managed = Store(), Store()
-        self.policy: dict[str, Any] = {
-            "apiVersion": api.API_VERSION,
-            "kind": "BackendSecurityPolicy",
-            "metadata": {"name": "p", "namespace": NS, "uid": "u", "generation": 1},
-            "spec": {"type": "AWSCredentials", "awsCredentials": {"region": "us-east-1"}},
-        }
-        self.policies.upsert(self.policy)
+        self.api.feed(api.POLICIES, self.policies)
+        self.api.feed(objects.SECRETS, self.managed, view=secretviews.managed)
+        self.policy: dict[str, Any] = self.api.put(
+            api.POLICIES,
+            {
+                "apiVersion": api.API_VERSION,
+                "kind": "BackendSecurityPolicy",
+                "metadata": {"name": "p", "namespace": NS, "uid": "u", "generation": 1},
+                "spec": {"type": "AWSCredentials", "awsCredentials": {"region": "us-east-1"}},
+            },
+        )
         self.reconciler = PolicyReconciler(
-            api_client=cast(clients.Client, self.api),
+            api_client=self.api,
             policies=self.policies,
             managed_secrets=self.managed,
-            secrets=cast(FullObjectReader, None),
+            secrets=memapi.FullBodies(self.api),
             secret_versions=Store(),
             sources={"AWSCredentials": self.source},
-            recorder=cast(events.EventRecorder, self.events),
+            recorder=self.events,
             metrics=CredentialMetrics(self.registry),
             own_writes=echoes.OwnWrites(),
             clock=clocks.FakeClock(NOW),
         )
 
     def serve(self, credential: Credential, **annotations: str) -> None:
-        """The derived Secret as a previous run wrote it, with ``annotations`` edited in."""
+        """The derived Secret as a previous run applied it, with ``annotations`` edited in."""
         secret = derived.build(cast(api.Policy, self.policy), credential, minted=True)
         secret["metadata"]["annotations"].update(annotations)
-        secret["metadata"]["resourceVersion"] = "1"
-        self.managed.upsert(secret)
+        self.api.put(objects.SECRETS, secret, field_manager=api.FIELD_MANAGER)
+
+    def hand_edit(self, **annotations: str) -> None:
+        """Someone else sets ``annotations`` on the derived Secret (they own them)."""
+        secret = self.api.stored(objects.SECRETS, NS, api.derived_secret_name("p"))
+        assert secret is not None
+        secret["metadata"]["annotations"].update(annotations)
+        self.api.put(objects.SECRETS, secret)
 
     def reconcile(self) -> float | None:
-        return self.reconciler.reconcile(Request(NS, "p")).requeue_after
+        try:
+            return self.reconciler.reconcile(Request(NS, "p")).requeue_after
+        finally:
+            self.api.sync()  # the informers bring back what it wrote
+
+    def secret_writes(self) -> list[Any]:
+        """The derived Secret's writes (applies and patches), as sent."""
+        return [w.body for w in self.api.writes_to(objects.SECRETS)]
 
     def metric(self, name: str) -> float | None:
         labels = {"namespace": NS, "name": "p", "type": "AWSCredentials"}
@@ -125,7 +111,8 @@ class World:
         return next(c for c in self.status()["conditions"] if c["type"] == "Ready")
 
     def status(self) -> dict[str, Any]:
-        return self.api.status()
+        """The last status written."""
+        return self.api.writes_to(api.POLICIES, subresource="status")[-1].status
 
 
 def session(issued: float, expires: float, key: bytes = b"k1") -> Credential:
@@ -165,7 +152,7 @@ def test_a_malformed_state_time_is_reported_dropped_and_rewritten(world: World) 
     assert warning[0] == "Warning"
     assert RETIRE in warning[2]
     assert "next tuesday" not in warning[2]
-    (written,) = world.api.secret_writes()
+    (written,) = world.secret_writes()
     assert RETIRE not in written["metadata"]["annotations"]
     assert world.ready()["reason"] == "CredentialsReady"
 
@@ -183,20 +170,24 @@ def test_an_unreadable_expiry_counts_as_past(world: World) -> None:
 def test_a_hand_set_annotation_an_apply_cannot_remove_is_removed_by_a_merge_patch(
     world: World,
 ) -> None:
-    world.serve(session(NOW - 10, NOW + 3000), **{RETIRE: "garbage"})
-    world.api.extra_annotations = {RETIRE: "garbage"}  # owned by the editor: survives the apply
+    world.serve(session(NOW - 10, NOW + 3000))
+    world.hand_edit(**{RETIRE: "garbage"})  # owned by the editor: survives the apply
     world.source.outcome = session(NOW, NOW + 3600, b"k2")
     world.reconcile()
-    apply, removal = world.api.secret_writes()
+    apply, removal = world.secret_writes()
     assert RETIRE not in apply["metadata"]["annotations"]
-    assert removal == {"metadata": {"resourceVersion": "2", "annotations": {RETIRE: None}}}
+    assert removal["metadata"].pop("resourceVersion"), "on the version the apply wrote"
+    assert removal == {"metadata": {"annotations": {RETIRE: None}}}
+    stored = world.api.stored(objects.SECRETS, NS, api.derived_secret_name("p"))
+    assert stored is not None
+    assert RETIRE not in stored["metadata"]["annotations"]
 
 
 def test_nothing_extra_is_written_when_the_apply_removed_everything(world: World) -> None:
     world.serve(session(NOW - 10, NOW + 3000), **{RETIRE: "garbage"})
     world.source.outcome = session(NOW, NOW + 3600, b"k2")
     world.reconcile()
-    assert len(world.api.secret_writes()) == 1
+    assert len(world.secret_writes()) == 1
 
 
 def test_retire_due_never_raises_on_edited_state() -> None:

@@ -1,18 +1,18 @@
-"""The policy reconciler, branch by branch, against a recording API, real stores with the
-controller's indexes, a scripted credential source and a fake clock: why a credential is
-refreshed (``refresh_reason``), what a failure reports (``_failed``), what a deletion gives back
-(``_finalize``), and how a non-idempotent mint (an IAM key) is protected from a stale cache and
+"""The policy reconciler, branch by branch, against an in-memory API server
+(tests/support/memapi.py) feeding real stores with the controller's indexes, a scripted credential source and a fake clock: why a credential is
+refreshed (``decide``), what a failure reports (``report.failed``), what a deletion gives back
+(``release``), and how a non-idempotent mint (an IAM key) is protected from a stale cache and
 undone when it cannot be served. No network, no sleeps; the module runs in well under a second.
 
-The recording API, the event recorder and the scripted source are those of test_policy_faults.
+The scripted source is test_policy_faults'.
 """
 
 from __future__ import annotations
 
 import base64
-import copy as copy_module
 import hashlib
 import json
+from collections.abc import Callable
 from typing import Any, cast
 
 import pytest
@@ -20,7 +20,7 @@ from kubernetes.client import ApiClient, Configuration
 from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
-from controllers.reconcilers import api, derived, echoes, indexes, spechash, tokens
+from controllers.reconcilers import api, derived, echoes, indexes, secretviews, spechash, tokens
 from controllers.reconcilers.credentialsources import (
     ControllerIdentityNotAllowed,
     SecretNotFound,
@@ -31,63 +31,27 @@ from controllers.reconcilers.credentialsources import (
 from controllers.reconcilers.credentialsources.apikey import APIKeySource
 from controllers.reconcilers.credentialsources.aws import AWSCredentialsSource
 from controllers.reconcilers.metrics import CredentialMetrics
-from controllers.reconcilers.policy import PolicyReconciler, refresh_reason
+from controllers.reconcilers.policy import PolicyReconciler, decide
+from controllers.reconcilers.policy.decide import RefreshReason
 from controllers.runtime import client as clients
 from controllers.runtime import clock as clocks
 from controllers.runtime import errors as api_errors
-from controllers.runtime import events, objects
+from controllers.runtime import objects
 from controllers.runtime.cache import FullObjectReader
 from controllers.runtime.informer import Informer
 from controllers.runtime.reconcile import Request
 from controllers.runtime.store import Store
 from rotator import errors, oidc
 from rotator.credentials import Credential
+from rotator.observe import NoObserver
 from rotator.providers.aws import identity as aws_identity
 from rotator.providers.aws import sts as aws_sts
-from tests.unit.test_policy_faults import Events, RecordingAPI, ScriptedSource, session
+from tests.support import memapi
+from tests.unit.test_policy_faults import ScriptedSource, session
 
 NS = "ns"
 NOW = 1_700_000_000.0
 ADMIN_SECRET = "iam-admin"
-
-
-class LiveAPI(RecordingAPI):
-    """The recording API plus a live read of the derived Secret (``live``: its metadata on the
-    server, None: absent) and a Secret write that can be made to fail."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.live: dict[str, Any] | None = None
-        self.gets = 0
-        self.refuse_secret_write: Exception | None = None
-
-    def get(self, resource: objects.Resource, name: str, **_: Any) -> dict[str, Any]:
-        self.gets += 1
-        if self.live is None:
-            raise api_errors.NotFound(f"secrets {name} not found")
-        return self.live
-
-    def patch(self, resource: objects.Resource, name: str, body: Any, **kw: Any) -> dict[str, Any]:
-        if resource == objects.SECRETS and "data" in body and self.refuse_secret_write:
-            raise self.refuse_secret_write
-        return super().patch(resource, name, body, **kw)
-
-    def statuses(self) -> list[dict[str, Any]]:
-        return [
-            b["status"]
-            for plural, _, b, _ in self.patches
-            if plural == "backendsecuritypolicies" and "status" in b
-        ]
-
-    def finalizer_writes(self) -> list[list[str]]:
-        return [
-            b["metadata"]["finalizers"]
-            for plural, _, b, _ in self.patches
-            if plural == "backendsecuritypolicies" and "finalizers" in b.get("metadata", {})
-        ]
-
-    def secret_patches(self, name: str) -> list[Any]:
-        return [b for plural, n, b, _ in self.patches if plural == "secrets" and n == name]
 
 
 class Source(ScriptedSource):
@@ -135,34 +99,49 @@ class Source(ScriptedSource):
             raise self.discard_error
 
 
+def edit_derived(server: memapi.MemAPI, change: Callable[[dict[str, Any]], None]) -> None:
+    """Someone else edits policy ``p``'s derived Secret on the server (the caches see it)."""
+    secret = server.stored(objects.SECRETS, NS, api.derived_secret_name("p"))
+    assert secret is not None, "the derived Secret is stored under its derived name"
+    change(secret)
+    server.put(objects.SECRETS, secret)
+
+
 class World:
+    """Policy ``p`` on the in-memory API server, with the Secret ``ADMIN_SECRET`` a release
+    needs; the caches fed by it (the managed-Secret view, as the controller's)."""
+
     def __init__(self, start: float = NOW) -> None:
-        self.api = LiveAPI()
-        self.events = Events()
+        self.api = memapi.MemAPI()
+        self.events = memapi.RecordedEvents()
         self.source = Source()
         self.clock = clocks.FakeClock(start)
         self.registry = CollectorRegistry()
         self.policies, self.managed = Store(), Store()
+        self.api.feed(api.POLICIES, self.policies)
+        self.api.feed(objects.SECRETS, self.managed, view=secretviews.managed)
         sources = {"AWSCredentials": self.source}
         self.policies.add_index(indexes.POLICY_BY_SECRET, indexes.policy_secrets(sources))
         self.policies.add_index(indexes.POLICY_BY_BACKEND, indexes.policy_backends)
         self.reconciler = PolicyReconciler(
-            api_client=cast(clients.Client, self.api),
+            api_client=self.api,
             policies=self.policies,
             managed_secrets=self.managed,
-            secrets=cast(FullObjectReader, None),  # the scripted source reads no Secret
+            secrets=memapi.FullBodies(self.api),  # the scripted source reads no Secret
             secret_versions=Store(),
             sources=sources,
-            recorder=cast(events.EventRecorder, self.events),
+            recorder=self.events,
             metrics=CredentialMetrics(self.registry),
             own_writes=echoes.OwnWrites(),
             clock=self.clock,
         )
+        self.api.put(objects.SECRETS, {"metadata": {"name": ADMIN_SECRET, "namespace": NS}})
         self.policy = self.put()
 
     def put(self, **change: Any) -> dict[str, Any]:
-        """The cached policy: region ``us-east-1``, with ``change`` merged into its metadata
-        (``annotations``, ``finalizers``, ``deletionTimestamp``), spec or status."""
+        """The policy on the server (and cached): region ``us-east-1``, with ``change`` merged
+        into its metadata (``annotations``, ``finalizers``, ``deletionTimestamp``), spec or
+        status."""
         metadata: dict[str, Any] = {"name": "p", "namespace": NS, "uid": "u", "generation": 1}
         spec: dict[str, Any] = {
             "type": "AWSCredentials",
@@ -181,34 +160,60 @@ class World:
         }
         if "status" in change:
             policy["status"] = change["status"]
-        self.policies.upsert(policy)
-        self.policy = policy
-        return policy
+        self.policy = self.api.put(api.POLICIES, policy)
+        return self.policy
 
     def serve(self, credential: Credential, *, answered: str | None = None) -> None:
-        """The derived Secret as a previous run wrote it, cached at resourceVersion 1."""
+        """The derived Secret as a previous run applied it."""
         secret = derived.build(
             cast(api.Policy, self.policy), credential, minted=True, answered_request=answered
         )
-        secret["metadata"]["resourceVersion"] = "1"
-        self.managed.upsert(secret)
+        self.api.put(objects.SECRETS, secret, field_manager=api.FIELD_MANAGER)
+
+    def server_moved_on(self) -> None:
+        """The derived Secret changes on the server; the cache has not seen it yet."""
+        secret = self.api.stored(objects.SECRETS, NS, api.derived_secret_name("p"))
+        assert secret is not None
+        self.api.put(objects.SECRETS, secret, cached=False)
 
     def reconcile(self) -> float | None:
-        """One reconcile; the status it wrote comes back into the cache, as the informer would
-        bring it."""
-        before = len(self.api.statuses())
-        delay = self.reconciler.reconcile(Request(NS, "p")).requeue_after
-        if len(self.api.statuses()) > before:
-            self.put(**self._kept(), status=self.api.statuses()[-1])
-        return delay
+        """One reconcile; what it wrote comes back into the caches, as the informers bring it."""
+        try:
+            return self.reconciler.reconcile(Request(NS, "p")).requeue_after
+        finally:
+            self.api.sync()
 
-    def _kept(self) -> dict[str, Any]:
-        md = self.policy["metadata"]
-        kept = {k: md[k] for k in ("annotations", "finalizers", "deletionTimestamp") if k in md}
-        return {**kept, "spec": self.policy["spec"]}
+    def gets(self) -> int:
+        """The reads of a Secret from the server (the live read before a non-idempotent mint)."""
+        return sum(1 for c in self.api.calls if c.verb is memapi.Verb.GET)
+
+    def statuses(self) -> list[dict[str, Any]]:
+        return [w.status for w in self.api.writes_to(api.POLICIES, subresource="status")]
+
+    def finalizer_writes(self) -> list[list[str]]:
+        """The finalizer lists applied to the policy."""
+        return [
+            w.body["metadata"]["finalizers"]
+            for w in self.api.writes_to(api.POLICIES)
+            if "finalizers" in w.body.get("metadata", {})
+        ]
+
+    def secret_writes(self) -> list[Any]:
+        """Every Secret write, as sent."""
+        return [w.body for w in self.api.writes_to(objects.SECRETS)]
+
+    def secret_patches(self, name: str) -> list[Any]:
+        return [w.body for w in self.api.writes_to(objects.SECRETS) if w.name == name]
+
+    def refuse_secret_writes(self, error: api_errors.ApiError) -> None:
+        """Every write of the derived Secret fails with ``error``."""
+        name = api.derived_secret_name("p")
+        self.api.fail(
+            error, verb=memapi.Verb.PATCH, resource=objects.SECRETS, name=name, times=None
+        )
 
     def condition(self, type_: str) -> dict[str, Any]:
-        return next(c for c in self.api.statuses()[-1]["conditions"] if c["type"] == type_)
+        return next(c for c in self.statuses()[-1]["conditions"] if c["type"] == type_)
 
     def reason(self, type_: str) -> tuple[str, str]:
         c = self.condition(type_)
@@ -239,7 +244,13 @@ DUE = session(NOW - 3000, NOW + 600)
 """Past 2/3 of its lifetime (jitter included): due, still valid."""
 
 
-# --- refresh_reason ------------------------------------------------------------------------
+# --- decide: the refresh reasons of a minted credential ------------------------------------
+
+
+def refresh_reason(
+    policy: api.Policy, served: derived.Served | None, source: Source, ctx: SourceContext
+) -> RefreshReason | None:
+    return decide.decide(decide.Inputs(policy, served, source, ctx)).reason
 
 
 def served_from(world: World, credential: Credential, **annotations: str) -> derived.Served:
@@ -252,7 +263,7 @@ def served_from(world: World, credential: Credential, **annotations: str) -> der
 
 def test_refresh_reason_missing(world: World) -> None:
     policy = cast(api.Policy, world.policy)
-    assert refresh_reason(policy, None, world.source, world.context(None)) == "missing"
+    assert refresh_reason(policy, None, world.source, world.context(None)) is RefreshReason.MISSING
 
 
 def test_refresh_reason_edited_data(world: World) -> None:
@@ -264,24 +275,30 @@ def test_refresh_reason_edited_data(world: World) -> None:
         answered_request=None,
     )
     policy = cast(api.Policy, world.policy)
-    assert refresh_reason(policy, tampered, world.source, world.context(FRESH)) == "edited"
+    assert (
+        refresh_reason(policy, tampered, world.source, world.context(FRESH)) is RefreshReason.EDITED
+    )
 
 
 def test_refresh_reason_edited_annotation(world: World) -> None:
     served = served_from(world, FRESH, **{api.ISSUED_AT_ANNOTATION: "yesterday"})
     assert served.intact
     policy = cast(api.Policy, world.policy)
-    assert refresh_reason(policy, served, world.source, world.context(FRESH)) == "edited"
+    assert (
+        refresh_reason(policy, served, world.source, world.context(FRESH)) is RefreshReason.EDITED
+    )
 
 
 def test_refresh_reason_spec_changed(world: World) -> None:
     served = served_from(world, FRESH)
     policy = cast(api.Policy, world.put(spec={"awsCredentials": {"region": "eu-west-1"}}))
-    assert refresh_reason(policy, served, world.source, world.context(FRESH)) == "spec changed"
-    policy = cast(api.Policy, world.put(spec={"targetRefs": [{"name": "other"}]}))
-    assert refresh_reason(policy, served, world.source, world.context(FRESH)) != "spec changed", (
-        "targetRefs are not what the credential depends on"
+    assert refresh_reason(policy, served, world.source, world.context(FRESH)) is (
+        RefreshReason.SPEC_CHANGED
     )
+    policy = cast(api.Policy, world.put(spec={"targetRefs": [{"name": "other"}]}))
+    assert refresh_reason(policy, served, world.source, world.context(FRESH)) is not (
+        RefreshReason.SPEC_CHANGED
+    ), "targetRefs are not what the credential depends on"
 
 
 def test_refresh_reason_rotation_requested_until_answered(world: World) -> None:
@@ -290,7 +307,7 @@ def test_refresh_reason_rotation_requested_until_answered(world: World) -> None:
     unanswered = served_from(world, FRESH)
     assert (
         refresh_reason(policy, unanswered, world.source, world.context(FRESH))
-        == "rotation requested"
+        is RefreshReason.ROTATION_REQUESTED
     )
     answered = served_from(
         world, FRESH, **{api.ANSWERED_REQUEST_ANNOTATION: "2023-11-14T00:00:00Z"}
@@ -300,8 +317,8 @@ def test_refresh_reason_rotation_requested_until_answered(world: World) -> None:
 
 def test_refresh_reason_due_and_none(world: World) -> None:
     policy = cast(api.Policy, world.policy)
-    assert refresh_reason(policy, served_from(world, DUE), world.source, world.context(DUE)) == (
-        "due"
+    assert refresh_reason(policy, served_from(world, DUE), world.source, world.context(DUE)) is (
+        RefreshReason.DUE
     )
     assert (
         refresh_reason(policy, served_from(world, FRESH), world.source, world.context(FRESH))
@@ -330,10 +347,8 @@ def test_each_refresh_reason_mints_once_and_only_a_due_one_is_unforced(
     if setup != "missing":
         world.serve(DUE if setup == "due" else FRESH)
     if setup == "edited":
-        secret = dict(world.managed.get(objects.make_key(NS, api.derived_secret_name("p"))) or {})
-        assert secret, "the derived Secret is cached under its derived name"
-        secret["data"] = {"credentials": base64.b64encode(b"hand edit").decode()}
-        world.managed.upsert(secret)
+        edited = {"credentials": base64.b64encode(b"hand edit").decode()}
+        edit_derived(world.api, lambda secret: secret.update(data=edited))
     if setup == "spec changed":
         world.put(spec={"awsCredentials": {"region": "eu-west-1"}})
     if setup == "rotation requested":
@@ -342,11 +357,11 @@ def test_each_refresh_reason_mints_once_and_only_a_due_one_is_unforced(
     delay = world.reconcile()
     (ctx,) = world.source.asked
     assert ctx.forced is forced
-    (written,) = world.api.secret_writes()
+    (written,) = world.secret_writes()
     assert written["data"] == {"credentials": base64.b64encode(b"k2").decode()}
     assert world.reason(api.READY) == ("True", "CredentialsReady")
     assert world.reason(api.ACCEPTED) == ("True", "Accepted")
-    renewal = clocks.parse_rfc3339(world.api.statuses()[-1]["renewalTime"])
+    renewal = clocks.parse_rfc3339(world.statuses()[-1]["renewalTime"])
     assert delay == renewal - NOW, "the one timer: the next renewal"
     if setup == "rotation requested":
         assert written["metadata"]["annotations"][api.ANSWERED_REQUEST_ANNOTATION] == "now please"
@@ -358,9 +373,9 @@ def test_no_reason_serves_the_cached_credential_without_minting_or_writing(
     world.serve(FRESH)
     delay = world.reconcile()
     assert world.source.asked == []
-    assert world.api.secret_writes() == []
+    assert world.secret_writes() == []
     assert world.reason(api.READY) == ("True", "CredentialsReady")
-    status = world.api.statuses()[-1]
+    status = world.statuses()[-1]
     assert status["expirationTime"] == clocks.rfc3339(NOW + 3590)
     assert delay == clocks.parse_rfc3339(status["renewalTime"]) - NOW
     assert delay is not None
@@ -373,61 +388,41 @@ def test_a_copied_credential_is_derived_and_has_no_timer(world: World) -> None:
     assert world.reconcile() is None
     assert len(world.source.asked) == 1
     assert world.source.asked[0].forced is False
-    assert len(world.api.secret_writes()) == 1
-    assert "renewalTime" not in world.api.statuses()[-1]
+    assert len(world.secret_writes()) == 1
+    assert "renewalTime" not in world.statuses()[-1]
 
 
 # --- copies: each source version read once (rotator.dev/source-version) -------------------
 
 
-class SourceSecrets:
-    """The API as a copy sees it: GETs of source Secrets (counted, by namespace and name) and
-    the writes of the reconcile (recorded); ``bodies`` is what the server holds."""
-
-    def __init__(self) -> None:
-        self.bodies: dict[tuple[str, str], dict[str, Any]] = {}
-        self.gets: list[tuple[str, str]] = []
-        self.patches: list[tuple[str, str, Any]] = []
-
-    def get(self, resource: objects.Resource, name: str, *, namespace: str) -> dict[str, Any]:
-        self.gets.append((namespace, name))
-        if (namespace, name) not in self.bodies:
-            raise api_errors.NotFound(f"secrets {name} not found")
-        return self.bodies[namespace, name]
-
-    def patch(self, resource: objects.Resource, name: str, body: Any, **_: Any) -> dict[str, Any]:
-        self.patches.append((resource.plural, name, body))
-        if resource != objects.SECRETS:
-            return cast(dict[str, Any], body)
-        return {**body, "metadata": {**body["metadata"], "resourceVersion": "100"}}
-
-    def derived_writes(self) -> list[dict[str, Any]]:
-        return [b for plural, n, b in self.patches if plural == "secrets" and "data" in b]
-
-
 class CopyWorld:
     """An API-key policy in namespace ``ns`` copying Secret ``key``, through the real
-    :class:`APIKeySource`, :class:`FullObjectReader` and all-Secrets metadata store — as after
-    a restart: empty body cache, the derived Secret in the managed cache."""
+    :class:`APIKeySource`, :class:`FullObjectReader` and all-Secrets metadata store (fed by the
+    in-memory API server through the controller's identity-only view) — as after a restart:
+    empty body cache, the derived Secret in the managed cache. :attr:`first` is the version of
+    ``key`` the world starts with."""
 
     def __init__(self) -> None:
-        self.api = SourceSecrets()
+        self.api = memapi.MemAPI()
         metadata = Informer(
             clients.Client(ApiClient(Configuration())), objects.SECRETS, metadata_only=True
         )
         self.versions = metadata.store
-        self.reader = FullObjectReader(cast(clients.Client, self.api), metadata)
+        self.reader = FullObjectReader(self.api, metadata)
         self.policies, self.managed = Store(), Store()
+        self.api.feed(api.POLICIES, self.policies)
+        self.api.feed(objects.SECRETS, self.managed, view=secretviews.managed)
+        self.api.feed(objects.SECRETS, self.versions, view=secretviews.identity_only)
         sources = {"APIKey": APIKeySource()}
         self.policies.add_index(indexes.POLICY_BY_SECRET, indexes.policy_secrets(sources))
         self.reconciler = PolicyReconciler(
-            api_client=cast(clients.Client, self.api),
+            api_client=self.api,
             policies=self.policies,
             managed_secrets=self.managed,
             secrets=self.reader,
             secret_versions=self.versions,
             sources=sources,
-            recorder=cast(events.EventRecorder, Events()),
+            recorder=memapi.RecordedEvents(),
             metrics=CredentialMetrics(CollectorRegistry()),
             own_writes=echoes.OwnWrites(),
             clock=clocks.FakeClock(NOW),
@@ -438,17 +433,26 @@ class CopyWorld:
             "metadata": {"name": "p", "namespace": NS, "uid": "u", "generation": 1},
             "spec": {"type": "APIKey", "apiKey": {"secretRef": {"name": "key", "key": "apiKey"}}},
         }
-        self.policies.upsert(self.policy)
-        self.source("sk-1", version="7")
+        self.update_policy()
+        self.first = self.source("sk-1")
 
-    def source(self, value: str, *, version: str, namespace: str = NS) -> None:
-        """Secret ``key`` at ``version`` on the server and in the metadata cache."""
-        md = {"name": "key", "namespace": namespace, "uid": "uid-key", "resourceVersion": version}
-        self.api.bodies[namespace, "key"] = {
-            "metadata": md,
-            "data": {"apiKey": base64.b64encode(value.encode()).decode()},
-        }
-        self.versions.upsert({"metadata": dict(md)})
+    def update_policy(self) -> None:
+        """:attr:`policy`, as changed, onto the server (and the cache)."""
+        self.policy = self.api.put(api.POLICIES, self.policy)
+
+    def source(self, value: str, *, namespace: str = NS, cached: bool = True, **more: str) -> str:
+        """Secret ``key`` on the server holding ``value`` (and keys ``more``), in the metadata
+        cache unless not ``cached`` yet; its resourceVersion."""
+        values = {"apiKey": value, **more}
+        written = self.api.put(
+            objects.SECRETS,
+            {
+                "metadata": {"name": "key", "namespace": namespace, "uid": "uid-key"},
+                "data": {k: base64.b64encode(v.encode()).decode() for k, v in values.items()},
+            },
+            cached=cached,
+        )
+        return str(written["metadata"]["resourceVersion"])
 
     def serve(self, value: str, *, copied_from: str | None) -> None:
         """The derived Secret a previous run wrote; ``copied_from=None``: before the
@@ -461,18 +465,27 @@ class CopyWorld:
         )
         if copied_from is None:
             del secret["metadata"]["annotations"][api.SPEC_HASH_ANNOTATION]
-        secret["metadata"]["resourceVersion"] = "50"
-        self.managed.upsert(secret)
+        self.api.put(objects.SECRETS, secret, field_manager=api.FIELD_MANAGER)
 
     def reconcile(self) -> None:
-        self.reconciler.reconcile(Request(NS, "p"))
+        try:
+            self.reconciler.reconcile(Request(NS, "p"))
+        finally:
+            self.api.sync()  # the informers bring back what it wrote
+
+    def gets(self) -> list[tuple[str, str]]:
+        """The Secrets read from the server, (namespace, name), in order."""
+        return [(c.namespace, c.name) for c in self.api.calls if c.verb is memapi.Verb.GET]
+
+    def derived_writes(self) -> list[dict[str, Any]]:
+        return [w.body for w in self.api.writes_to(objects.SECRETS) if "data" in w.body]
 
     def written_version(self) -> str | None:
-        annotations = self.api.derived_writes()[-1]["metadata"]["annotations"]
+        annotations = self.derived_writes()[-1]["metadata"]["annotations"]
         return cast(str | None, annotations.get(api.SOURCE_VERSION_ANNOTATION))
 
     def written_key(self) -> bytes:
-        return base64.b64decode(self.api.derived_writes()[-1]["data"]["apiKey"])
+        return base64.b64decode(self.derived_writes()[-1]["data"]["apiKey"])
 
 
 @pytest.fixture
@@ -483,12 +496,12 @@ def copy() -> CopyWorld:
 def test_a_copy_from_the_versions_the_cache_shows_reads_and_writes_nothing(
     copy: CopyWorld,
 ) -> None:
-    """The no-op restart: 0 GETs. Mutation caught: the ``_copy_is_current`` shortcut removed
+    """The no-op restart: 0 GETs. Mutation caught: the ``decide.copy_is_current`` shortcut removed
     (one GET, as before the annotation)."""
-    copy.serve("sk-1", copied_from="7")
+    copy.serve("sk-1", copied_from=copy.first)
     copy.reconcile()
-    assert copy.api.gets == []
-    assert copy.api.derived_writes() == []
+    assert copy.gets() == []
+    assert copy.derived_writes() == []
 
 
 def test_a_copy_recorded_with_uids_before_the_upgrade_reads_nothing_either(
@@ -497,19 +510,19 @@ def test_a_copy_recorded_with_uids_before_the_upgrade_reads_nothing_either(
     """Annotations written before source versions dropped their uids (``<uid>/<rv>``) still
     vouch for the copy: an upgrade's restart reads nothing. Mutation caught: comparing the
     annotation as written (one GET per copy on the first restart after the upgrade)."""
-    copy.serve("sk-1", copied_from="uid-key/7")
+    copy.serve("sk-1", copied_from=f"uid-key/{copy.first}")
     copy.reconcile()
-    assert copy.api.gets == []
-    assert copy.api.derived_writes() == []
+    assert copy.gets() == []
+    assert copy.derived_writes() == []
 
 
 def test_a_copy_keeps_no_body_of_the_source_it_read(copy: CopyWorld) -> None:
     """A copy records the version it was made from and never reads that version again, so the
     body reader keeps nothing of it (an API-key source per chain held ~340 bytes each).
     Mutation caught: the reads of a copy kept (``keep=True``)."""
-    copy.serve("sk-0", copied_from="6")
+    copy.serve("sk-0", copied_from="0")
     copy.reconcile()
-    assert copy.api.gets == [(NS, "key")]
+    assert copy.gets() == [(NS, "key")]
     assert copy.written_key() == b"sk-1"
     assert copy.reader.cached_bytes == 0
 
@@ -517,11 +530,13 @@ def test_a_copy_keeps_no_body_of_the_source_it_read(copy: CopyWorld) -> None:
 def test_a_copy_that_fails_reads_its_source_once_per_version(copy: CopyWorld) -> None:
     """Its retries read nothing until the Secret changes: the body is released only once a copy
     was written. Mutation caught: never keeping a copy's source (one GET per retry)."""
-    copy.api.bodies[NS, "key"]["data"] = {"other": "eA=="}  # the key the spec names is missing
+    key = copy.api.stored(objects.SECRETS, NS, "key")
+    assert key is not None
+    copy.api.put(objects.SECRETS, {**key, "data": {"other": "eA=="}})  # the spec's key missing
     copy.reconcile()
     copy.reconcile()
-    assert copy.api.gets == [(NS, "key")]
-    assert copy.api.derived_writes() == []
+    assert copy.gets() == [(NS, "key")]
+    assert copy.derived_writes() == []
 
 
 def test_a_source_several_policies_copy_is_read_once_per_version(copy: CopyWorld) -> None:
@@ -529,23 +544,23 @@ def test_a_source_several_policies_copy_is_read_once_per_version(copy: CopyWorld
     policy reads the same Secret. Mutation caught: never keeping a copy's source (one GET per
     policy)."""
     second = {**copy.policy, "metadata": {**copy.policy["metadata"], "name": "p2", "uid": "u2"}}
-    copy.policies.upsert(second)
+    copy.api.put(api.POLICIES, second)
     copy.reconcile()
     copy.reconciler.reconcile(Request(NS, "p2"))
-    assert copy.api.gets == [(NS, "key")]
-    assert len(copy.api.derived_writes()) == 2
+    assert copy.gets() == [(NS, "key")]
+    assert len(copy.derived_writes()) == 2
 
 
 def test_a_source_at_another_version_is_read_once_and_recorded(copy: CopyWorld) -> None:
     """Mutation caught: recording the version the metadata cache shows instead of the one read
-    (the server is at 9 already, the cache still at 8)."""
-    copy.serve("sk-1", copied_from="7")
-    copy.source("sk-2", version="8")
-    copy.api.bodies[NS, "key"]["metadata"]["resourceVersion"] = "9"
+    (the server is a version ahead of the cache)."""
+    copy.serve("sk-1", copied_from=copy.first)
+    copy.source("sk-2")
+    latest = copy.source("sk-2", cached=False)
     copy.reconcile()
-    assert copy.api.gets == [(NS, "key")]
+    assert copy.gets() == [(NS, "key")]
     assert copy.written_key() == b"sk-2"
-    assert copy.written_version() == "9"
+    assert copy.written_version() == latest
 
 
 def test_a_derived_secret_without_the_annotation_is_read_once_then_annotated(
@@ -554,37 +569,36 @@ def test_a_derived_secret_without_the_annotation_is_read_once_then_annotated(
     """The upgrade: one GET, one write adding the annotations (same data), then nothing."""
     copy.serve("sk-1", copied_from=None)
     copy.reconcile()
-    assert copy.api.gets == [(NS, "key")]
-    written = copy.api.derived_writes()
+    assert copy.gets() == [(NS, "key")]
+    written = copy.derived_writes()
     assert len(written) == 1
     assert written[0]["data"] == {"apiKey": base64.b64encode(b"sk-1").decode()}, "no new data"
-    assert copy.written_version() == "7"
-    copy.managed.upsert({**written[0], "metadata": {**written[0]["metadata"]}})
+    assert copy.written_version() == copy.first
+    copy.api.sync()  # the informer brings it back
     copy.reconcile()
-    assert copy.api.gets == [(NS, "key")], "annotated: not read again"
-    assert len(copy.api.derived_writes()) == 1
+    assert copy.gets() == [(NS, "key")], "annotated: not read again"
+    assert len(copy.derived_writes()) == 1
 
 
 def test_an_edited_derived_secret_is_copied_again_despite_the_version(copy: CopyWorld) -> None:
     """The credential-hash check still holds. Mutation caught: ``served.intact`` not checked."""
-    copy.serve("sk-1", copied_from="7")
-    secret = dict(copy.managed.get(objects.make_key(NS, api.derived_secret_name("p"))) or {})
-    secret["data"] = {"apiKey": base64.b64encode(b"edited-by-hand").decode()}
-    copy.managed.upsert(secret)
+    copy.serve("sk-1", copied_from=copy.first)
+    edited = {"apiKey": base64.b64encode(b"edited-by-hand").decode()}
+    edit_derived(copy.api, lambda secret: secret.update(data=edited))
     copy.reconcile()
-    assert copy.api.gets == [(NS, "key")]
+    assert copy.gets() == [(NS, "key")]
     assert copy.written_key() == b"sk-1"
 
 
 def test_a_changed_credential_spec_is_copied_again_despite_the_version(copy: CopyWorld) -> None:
     """Same Secret, same version, another key in it. Mutation caught: the spec hash not
     compared."""
-    copy.serve("sk-1", copied_from="7")
-    copy.api.bodies[NS, "key"]["data"]["other"] = base64.b64encode(b"sk-other").decode()
+    both = copy.source("sk-1", other="sk-other")
+    copy.serve("sk-1", copied_from=both)
     copy.policy["spec"]["apiKey"]["secretRef"]["key"] = "other"
-    copy.policies.upsert(copy.policy)
+    copy.update_policy()
     copy.reconcile()
-    assert copy.api.gets == [(NS, "key")]
+    assert copy.gets() == [(NS, "key")]
     assert copy.written_key() == b"sk-other"
 
 
@@ -594,27 +608,28 @@ def test_a_secret_of_that_name_in_another_namespace_does_not_vouch_for_the_copy(
     """Tenancy: only the policy's own namespace counts. Here the policy's Secret is gone and
     another namespace has one of the same name at the recorded version: SecretNotFound, no
     read of either."""
-    copy.serve("sk-1", copied_from="7")
-    copy.versions.delete(objects.make_key(NS, "key"))
-    del copy.api.bodies[NS, "key"]
-    copy.source("sk-elsewhere", version="7", namespace="other")
+    elsewhere = copy.source("sk-elsewhere", namespace="other")
+    copy.serve("sk-1", copied_from=elsewhere)
+    copy.api.remove(objects.SECRETS, NS, "key")
     copy.reconcile()
-    assert copy.api.gets == []
-    assert copy.api.derived_writes() == []
-    status = [b for plural, _, b in copy.api.patches if plural == "backendsecuritypolicies"]
-    ready = next(c for c in status[-1]["status"]["conditions"] if c["type"] == api.READY)
+    assert copy.gets() == []
+    assert copy.derived_writes() == []
+    (*_, status) = copy.api.writes_to(api.POLICIES, subresource="status")
+    ready = next(c for c in status.status["conditions"] if c["type"] == api.READY)
     assert (ready["status"], ready["reason"]) == ("False", "SecretNotFound")
 
 
 def test_a_copy_with_edited_metadata_is_repaired_without_a_read(copy: CopyWorld) -> None:
-    copy.serve("sk-1", copied_from="7")
-    secret = dict(copy.managed.get(objects.make_key(NS, api.derived_secret_name("p"))) or {})
-    secret["metadata"] = {**secret["metadata"], "ownerReferences": []}
-    copy.managed.upsert(secret)
+    copy.serve("sk-1", copied_from=copy.first)
+
+    def edit(secret: dict[str, Any]) -> None:  # still owned (the managed view keeps its data)
+        secret["metadata"]["ownerReferences"][0]["blockOwnerDeletion"] = False
+
+    edit_derived(copy.api, edit)
     copy.reconcile()
-    assert copy.api.gets == []
-    assert len(copy.api.derived_writes()) == 1
-    assert copy.written_version() == "7"
+    assert copy.gets() == []
+    assert len(copy.derived_writes()) == 1
+    assert copy.written_version() == copy.first
 
 
 def test_a_minted_credential_not_due_reads_no_secret_after_a_restart() -> None:
@@ -622,8 +637,10 @@ def test_a_minted_credential_not_due_reads_no_secret_after_a_restart() -> None:
     keys) only to mint: a restart with a fresh credential reads none, so they need no recorded
     version. Checked with the real AWS source, OIDC exchange."""
     copy = CopyWorld()
-    aws = AWSCredentialsSource(
-        clients=cast(Any, None), tokens=cast(Any, None), service_accounts=cast(Any, None)
+    aws = AWSCredentialsSource(  # never asked to mint: no AWS clients, no token source
+        clients=cast(Any, None),
+        tokens=cast(Any, None),
+        service_accounts=tokens.ServiceAccountTokens(copy.api, NoObserver()),
     )
     copy.reconciler._sources = {"AWSCredentials": aws}
     copy.policy["spec"] = {
@@ -641,13 +658,12 @@ def test_a_minted_credential_not_due_reads_no_secret_after_a_restart() -> None:
             },
         },
     }
-    copy.policies.upsert(copy.policy)
+    copy.update_policy()
     secret = derived.build(cast(api.Policy, copy.policy), FRESH, minted=True)
-    secret["metadata"]["resourceVersion"] = "50"
-    copy.managed.upsert(secret)
+    copy.api.put(objects.SECRETS, secret, field_manager=api.FIELD_MANAGER)
     copy.reconcile()
-    assert copy.api.gets == []
-    assert copy.api.derived_writes() == []
+    assert copy.gets() == []
+    assert copy.derived_writes() == []
 
 
 # --- RenewBeforeHonored --------------------------------------------------------------------
@@ -673,7 +689,7 @@ def test_a_renew_before_too_long_is_overridden_reported_and_warned_once(world: W
     assert world.event_reasons().count(("Warning", "RenewBeforeTooLong")) == 1, "once"
 
 
-# --- _failed -------------------------------------------------------------------------------
+# --- report.failed -------------------------------------------------------------------------------
 
 
 def test_a_failed_refresh_while_valid_keeps_ready_true_and_warns_once(world: World) -> None:
@@ -685,12 +701,12 @@ def test_a_failed_refresh_while_valid_keeps_ready_true_and_warns_once(world: Wor
     assert "STS down" in message
     assert delay is not None
     assert 0 < delay <= 300, "never more than half the time left"
-    status = world.api.statuses()[-1]
+    status = world.statuses()[-1]
     assert (status["failedAttempts"], status["lastFailureTime"]) == (1, clocks.rfc3339(NOW))
     assert world.event_reasons().count(("Warning", "RotationFailed")) == 1
     world.clock.advance(delay)
     world.reconcile()
-    assert world.api.statuses()[-1]["failedAttempts"] == 2
+    assert world.statuses()[-1]["failedAttempts"] == 2
     assert world.event_reasons().count(("Warning", "RotationFailed")) == 1, "the first only"
 
 
@@ -717,7 +733,7 @@ def test_the_timer_counts_from_the_end_of_the_reconcile_that_set_it(world: World
 
     world.source.obtain = slow_provider  # type: ignore[method-assign]
     delay = world.reconcile()
-    renewal = clocks.parse_rfc3339(world.api.statuses()[-1]["renewalTime"])
+    renewal = clocks.parse_rfc3339(world.statuses()[-1]["renewalTime"])
     assert delay == renewal - (NOW + 7)
 
 
@@ -734,7 +750,7 @@ def test_a_refresh_that_hangs_across_the_expiry_is_judged_when_it_fails(world: W
     world.source.obtain = hang_past_the_expiry  # type: ignore[method-assign]
     world.reconcile()
     assert world.reason(api.READY) == ("False", "Expired")
-    assert world.api.statuses()[-1]["lastFailureTime"] == clocks.rfc3339(NOW + 650)
+    assert world.statuses()[-1]["lastFailureTime"] == clocks.rfc3339(NOW + 650)
 
 
 def test_the_retry_is_bounded_by_the_expiry_so_expired_turns_on_time() -> None:
@@ -814,7 +830,7 @@ def test_an_unsupported_source_is_not_accepted(world: World) -> None:
 def test_a_forbidden_secret_write_is_reported_and_the_new_credential_discarded(
     world: World,
 ) -> None:
-    world.api.refuse_secret_write = api_errors.Forbidden("secrets is forbidden")
+    world.refuse_secret_writes(api_errors.Forbidden("secrets is forbidden"))
     world.source.outcome = session(NOW, NOW + 3600, b"k2")
     world.reconcile()
     assert world.reason(api.READY) == ("False", "Forbidden")
@@ -828,21 +844,20 @@ def test_a_forbidden_secret_write_is_reported_and_the_new_credential_discarded(
 def test_an_iam_mint_waits_when_the_cache_is_behind_the_server(world: World) -> None:
     world.source.is_idempotent = False
     world.serve(DUE)
-    world.api.live = {"metadata": {"name": api.derived_secret_name("p"), "resourceVersion": "2"}}
+    world.server_moved_on()
     assert world.reconcile() == 1.0, "its watch event is on the way"
-    assert world.api.gets == 1
+    assert world.gets() == 1
     assert world.source.asked == []
-    assert world.api.patches == []
+    assert world.api.writes == []
 
 
 def test_an_iam_mint_goes_ahead_when_the_cache_holds_the_live_secret(world: World) -> None:
     world.source.is_idempotent = False
     world.serve(DUE)
-    world.api.live = {"metadata": {"name": api.derived_secret_name("p"), "resourceVersion": "1"}}
     world.source.outcome = session(NOW, NOW + 3600, b"k2")
     world.reconcile()
     assert len(world.source.asked) == 1
-    assert len(world.api.secret_writes()) == 1
+    assert len(world.secret_writes()) == 1
 
 
 def test_an_iam_mint_is_not_held_back_when_neither_cache_nor_server_has_the_secret(
@@ -851,23 +866,24 @@ def test_an_iam_mint_is_not_held_back_when_neither_cache_nor_server_has_the_secr
     world.source.is_idempotent = False
     world.source.outcome = session(NOW, NOW + 3600, b"k1")
     world.reconcile()
-    assert world.api.gets == 1
+    assert world.gets() == 1
     assert len(world.source.asked) == 1
 
 
 def test_a_mint_is_never_held_back_by_a_live_read_when_it_is_idempotent(world: World) -> None:
     world.serve(DUE)
-    world.api.live = {"metadata": {"name": api.derived_secret_name("p"), "resourceVersion": "2"}}
+    world.server_moved_on()
     world.source.outcome = session(NOW, NOW + 3600, b"k2")
-    world.reconcile()
-    assert world.api.gets == 0
+    with pytest.raises(api_errors.Conflict):  # written from the cache's version: retried
+        world.reconcile()
+    assert world.gets() == 0
     assert len(world.source.asked) == 1
 
 
 def test_a_secret_write_that_fails_discards_the_minted_key_and_raises(world: World) -> None:
     world.source.is_idempotent = False
     world.source.outcome = session(NOW, NOW + 3600, b"k2")
-    world.api.refuse_secret_write = api_errors.Conflict("the object has been modified")
+    world.refuse_secret_writes(api_errors.Conflict("the object has been modified"))
     with pytest.raises(api_errors.Conflict):
         world.reconcile()  # retried with backoff by the controller
     assert [c.data for c in world.source.discarded] == [{"credentials": b"k2"}]
@@ -877,7 +893,7 @@ def test_a_discard_that_fails_is_logged_not_raised_over_the_write_error(world: W
     world.source.is_idempotent = False
     world.source.outcome = session(NOW, NOW + 3600, b"k2")
     world.source.discard_error = errors.ProviderUnavailable("IAM down")
-    world.api.refuse_secret_write = api_errors.Conflict("the object has been modified")
+    world.refuse_secret_writes(api_errors.Conflict("the object has been modified"))
     with pytest.raises(api_errors.Conflict):
         world.reconcile()
     assert len(world.source.discarded) == 1
@@ -886,7 +902,7 @@ def test_a_discard_that_fails_is_logged_not_raised_over_the_write_error(world: W
 def test_a_copied_credential_that_cannot_be_written_is_not_discarded(world: World) -> None:
     world.source.minting = False
     world.source.outcome = Credential({"apiKey": b"sk-1"})
-    world.api.refuse_secret_write = api_errors.Conflict("the object has been modified")
+    world.refuse_secret_writes(api_errors.Conflict("the object has been modified"))
     with pytest.raises(api_errors.Conflict):
         world.reconcile()
     assert world.source.discarded == []
@@ -902,11 +918,15 @@ def in_use() -> dict[str, Any]:
 def test_a_source_with_a_finalizer_gets_it_and_protects_its_secrets_first(world: World) -> None:
     world.source.finalizer_name = api.FINALIZER_IAM_KEY
     world.source.outcome = session(NOW, NOW + 3600, b"k1")
+    # The status write names the version the finalizer's write produced: one reconcile, no
+    # Conflict from its own earlier write.
     world.reconcile()
-    assert world.api.finalizer_writes() == [[api.FINALIZER_IAM_KEY]]
-    (protect, *_) = world.api.secret_patches(ADMIN_SECRET)
+    assert world.reason(api.READY) == ("True", "CredentialsReady")
+    assert len(world.source.asked) == 1, "minted once"
+    assert world.finalizer_writes() == [[api.FINALIZER_IAM_KEY]]
+    (protect, *_) = world.secret_patches(ADMIN_SECRET)
     assert protect == in_use()
-    plurals = [plural for plural, _, _, _ in world.api.patches]
+    plurals = [w.resource.plural for w in world.api.writes]
     assert plurals.index("secrets") < plurals.index("backendsecuritypolicies"), (
         "the Secret is protected before the policy can hold external credentials"
     )
@@ -928,10 +948,10 @@ def test_a_deleted_policy_gives_back_its_keys_then_lets_go(world: World) -> None
     (ctx,) = world.source.released
     assert ctx.current is not None
     assert ctx.current.data == FRESH.data, "release sees the served credential"
-    assert world.api.secret_patches(ADMIN_SECRET) == [
+    assert world.secret_patches(ADMIN_SECRET) == [
         {"metadata": {"$deleteFromPrimitiveList/finalizers": [api.in_use_finalizer("u")]}}
     ]
-    assert world.api.finalizer_writes() == [[]]
+    assert world.finalizer_writes() == [[]]
     assert world.source.asked == [], "nothing is minted for a policy being deleted"
 
 
@@ -943,11 +963,11 @@ def test_a_release_that_fails_keeps_the_finalizer_and_says_how_out(world: World)
     message = world.condition(api.READY)["message"]
     assert "AccessDenied on DeleteAccessKey" in message
     assert api.SKIP_RELEASE_ANNOTATION in message
-    assert world.api.finalizer_writes() == []
-    assert world.api.secret_patches(ADMIN_SECRET) == [], "its Secrets stay protected"
+    assert world.finalizer_writes() == []
+    assert world.secret_patches(ADMIN_SECRET) == [], "its Secrets stay protected"
     assert delay is not None
     assert delay > 0
-    assert world.api.statuses()[-1]["failedAttempts"] == 1
+    assert world.statuses()[-1]["failedAttempts"] == 1
 
 
 def test_a_transient_release_failure_is_raised_for_backoff(world: World) -> None:
@@ -955,7 +975,7 @@ def test_a_transient_release_failure_is_raised_for_backoff(world: World) -> None
     world.source.release_error = errors.ProviderUnavailable("IAM throttled")
     with pytest.raises(errors.ProviderUnavailable):
         world.reconcile()
-    assert world.api.patches == []
+    assert world.api.writes == []
 
 
 def test_skip_release_lets_go_without_giving_back_and_warns(world: World) -> None:
@@ -963,14 +983,14 @@ def test_skip_release_lets_go_without_giving_back_and_warns(world: World) -> Non
     world.reconcile()
     assert world.source.released == []
     assert ("Warning", "ReleaseSkipped") in world.event_reasons()
-    assert world.api.finalizer_writes() == [[]]
-    assert len(world.api.secret_patches(ADMIN_SECRET)) == 1, "unprotected"
+    assert world.finalizer_writes() == [[]]
+    assert len(world.secret_patches(ADMIN_SECRET)) == 1, "unprotected"
 
 
 def test_a_deleted_policy_without_the_finalizer_is_left_alone(world: World) -> None:
     world.put(deletionTimestamp="2023-11-14T22:13:20Z", finalizers=["someone.else/keep"])
     assert world.reconcile() is None
-    assert world.api.patches == []
+    assert world.api.writes == []
     assert world.source.released == []
 
 
@@ -981,7 +1001,7 @@ def test_a_deleted_policy_whose_source_is_gone_just_lets_go(world: World) -> Non
         deletionTimestamp="2023-11-14T22:13:20Z",
     )
     world.reconcile()
-    assert world.api.finalizer_writes() == [[]]
+    assert world.finalizer_writes() == [[]]
 
 
 def test_a_policy_gone_from_the_cache_is_forgotten(world: World) -> None:
@@ -990,7 +1010,7 @@ def test_a_policy_gone_from_the_cache_is_forgotten(world: World) -> None:
     labels = {"namespace": NS, "name": "p", "type": "AWSCredentials"}
     metric = "rotator_credential_expiration_timestamp_seconds"
     assert world.registry.get_sample_value(metric, labels) == NOW + 3590
-    world.policies.delete(objects.make_key(NS, "p"))
+    world.api.remove(api.POLICIES, NS, "p")
     assert world.reconcile() is None
     assert world.registry.get_sample_value(metric, labels) is None
 
@@ -1006,18 +1026,19 @@ def b786434_spec_hash(spec: dict[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def record_spec_hash(managed: Store, value: str) -> None:
-    """The cached derived Secret of policy ``p`` with ``value`` as its spec-hash."""
-    key = objects.make_key(NS, api.derived_secret_name("p"))
-    secret = copy_module.deepcopy(dict(managed.get(key) or {}))
+def record_spec_hash(server: memapi.MemAPI, value: str) -> None:
+    """The derived Secret of policy ``p`` as an earlier version wrote it: ``value`` as its
+    spec-hash."""
+    secret = server.stored(objects.SECRETS, NS, api.derived_secret_name("p"))
+    assert secret is not None
     secret["metadata"]["annotations"][api.SPEC_HASH_ANNOTATION] = value
-    managed.upsert(secret)
+    server.put(objects.SECRETS, secret, field_manager=api.FIELD_MANAGER)
 
 
 def as_served_api_key(copy: CopyWorld) -> None:
     """The copy's policy as the API server serves it: ``header`` at its CRD default."""
     copy.policy["spec"]["apiKey"]["header"] = "Authorization"
-    copy.policies.upsert(copy.policy)
+    copy.update_policy()
 
 
 def test_a_copy_whose_spec_hash_is_in_b786434s_form_reads_and_writes_nothing(
@@ -1028,25 +1049,25 @@ def test_a_copy_whose_spec_hash_is_in_b786434s_form_reads_and_writes_nothing(
     not rewritten to migrate it. Mutations caught: ``judge`` without the earlier form (one GET,
     one write); ``keep_recorded_spec_hash`` doing nothing (one write, ``repaired``)."""
     as_served_api_key(copy)
-    copy.serve("sk-1", copied_from="7")
+    copy.serve("sk-1", copied_from=copy.first)
     old = b786434_spec_hash(copy.policy["spec"])
     assert old != spechash.of(cast(api.PolicySpec, copy.policy["spec"])), "the forms differ"
-    record_spec_hash(copy.managed, old)
+    record_spec_hash(copy.api, old)
     copy.reconcile()
-    assert copy.api.gets == []
-    assert copy.api.derived_writes() == []
+    assert copy.gets() == []
+    assert copy.derived_writes() == []
 
 
 def test_a_spec_hash_in_b786434s_form_takes_todays_with_the_next_write_of_new_data(
     copy: CopyWorld,
 ) -> None:
     as_served_api_key(copy)
-    copy.serve("sk-1", copied_from="7")
-    record_spec_hash(copy.managed, b786434_spec_hash(copy.policy["spec"]))
-    copy.source("sk-2", version="8")
+    copy.serve("sk-1", copied_from=copy.first)
+    record_spec_hash(copy.api, b786434_spec_hash(copy.policy["spec"]))
+    copy.source("sk-2")
     copy.reconcile()
     assert copy.written_key() == b"sk-2"
-    annotations = copy.api.derived_writes()[-1]["metadata"]["annotations"]
+    annotations = copy.derived_writes()[-1]["metadata"]["annotations"]
     assert annotations[api.SPEC_HASH_ANNOTATION] == spechash.of(
         cast(api.PolicySpec, copy.policy["spec"])
     )
@@ -1062,10 +1083,10 @@ def test_a_minted_credential_whose_spec_hash_is_in_b786434s_form_is_kept(world: 
     }
     world.put(spec={"awsCredentials": {"region": "us-east-1", "serviceAccountToken": token}})
     world.serve(FRESH)
-    record_spec_hash(world.managed, b786434_spec_hash(world.policy["spec"]))
+    record_spec_hash(world.api, b786434_spec_hash(world.policy["spec"]))
     world.reconcile()
     assert world.source.asked == []
-    assert world.api.secret_writes() == []
+    assert world.secret_writes() == []
 
 
 def test_an_untrusted_spec_hash_is_minted_again_once_and_said_so(world: World) -> None:
@@ -1076,13 +1097,13 @@ def test_an_untrusted_spec_hash_is_minted_again_once_and_said_so(world: World) -
     world.serve(FRESH)
     text = json.dumps({"type": "AWSCredentials", "block": None}, sort_keys=True)
     untrusted = hashlib.sha256(text.encode()).hexdigest()[:16]
-    record_spec_hash(world.managed, untrusted)
+    record_spec_hash(world.api, untrusted)
     world.source.outcome = session(NOW, NOW + 3600, b"k2")
     with capture_logs() as logs:
         world.reconcile()
     (ctx,) = world.source.asked
     assert ctx.forced
-    (written,) = world.api.secret_writes()
+    (written,) = world.secret_writes()
     spec = cast(api.PolicySpec, world.policy["spec"])
     assert written["metadata"]["annotations"][api.SPEC_HASH_ANNOTATION] == spechash.of(spec)
     assert world.event_reasons().count(("Normal", api.REASON_UNTRUSTED_SPEC_HASH)) == 1
@@ -1091,9 +1112,6 @@ def test_an_untrusted_spec_hash_is_minted_again_once_and_said_so(world: World) -
     minted = [e["why"] for e in logs if e["event"] == "policy.credentials_minted"]
     assert minted == ["spec hash untrusted"]
 
-    written = copy_module.deepcopy(written)
-    written["metadata"]["resourceVersion"] = "2"
-    world.managed.upsert(written)
-    world.reconcile()
+    world.reconcile()  # the informer brought the written Secret back
     assert len(world.source.asked) == 1, "once"
     assert world.event_reasons().count(("Normal", api.REASON_UNTRUSTED_SPEC_HASH)) == 1

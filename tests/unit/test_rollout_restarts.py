@@ -1,6 +1,6 @@
 """``spec.rolloutRestartTargets``: the pure decision (first configuration, up to date, debounce
-window, retry backoff), and the Route reconciler acting on it against in-memory stores, a
-recording API and a fake clock — one rollout per configuration change, none for the first one or
+window, retry backoff), and the Route reconciler acting on it against in-memory caches, an
+in-memory API server (tests/support/memapi.py) and a fake clock — one rollout per configuration change, none for the first one or
 on a no-op reconcile, a missing target or one that has not opted in reported and retried. The
 patch is checked to be the JSON Patch whose ``remove`` makes the opt-in check (what the API server
 answers is tests/e2e/test_rollout_restart.py's), and the RBAC that allows it to be exactly
@@ -11,20 +11,19 @@ from __future__ import annotations
 import hashlib
 import itertools
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import pytest
 import yaml
 
-from controllers.reconcilers import api, echoes, restarts, routeconfig
+from controllers.reconcilers import api, restarts, routeconfig
 from controllers.reconcilers.restarts import Action, decide
-from controllers.reconcilers.route import RouteReconciler
 from controllers.runtime import client as clients
 from controllers.runtime import clock as clocks
 from controllers.runtime import errors as api_errors
-from controllers.runtime import events, objects
+from controllers.runtime import objects
 from controllers.runtime.reconcile import Request, Result
-from tests.unit.test_route_reconciler import NOW, NS, RecordingAPI, RecordingEvents, World
+from tests.unit.test_route_reconciler import NOW, NS, World
 
 CONFIG = Path(__file__).resolve().parents[2] / "config"
 WINDOW = restarts.DEBOUNCE_SECONDS
@@ -125,109 +124,78 @@ REFUSED = "the server rejected our request due to an error in our request"
 """What the API server says when a JSON Patch does not apply (422 Invalid, empty details)."""
 
 
-class WorkloadAPI(RecordingAPI):
-    """The recording API, plus workloads: a JSON Patch of an ``apps`` object is applied to its
-    pod template's annotations (:attr:`templates`, by name) as the API server applies one — all
-    operations or none, ``remove`` of an absent key 422 ``Invalid`` — and each that applies is
-    recorded as a rollout (kind, name, annotation value). Workloads carry the opt-in for Route
-    ``r`` unless named in :attr:`not_opted_in`; names in :attr:`missing` are 404, in
-    :attr:`forbidden` 403."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.rollouts: list[tuple[str, str, str]] = []
-        self.templates: dict[str, dict[str, str]] = {}
-        self.missing: set[str] = set()
-        self.not_opted_in: set[str] = set()
-        self.forbidden: set[str] = set()
-        self.unavailable = False
-
-    def template(self, name: str) -> dict[str, str]:
-        """The pod template's annotations of workload ``name``, as its owner wrote them."""
-        if name not in self.templates:
-            opt_in = {} if name in self.not_opted_in else {KEY: ""}
-            self.templates[name] = {**OTHER, **opt_in}
-        return self.templates[name]
-
-    def patch(self, resource: objects.Resource, name: str, body: Any, **kw: Any) -> dict[str, Any]:
-        if resource.group != "apps":
-            return super().patch(resource, name, body, **kw)
-        assert kw["patch_type"] is clients.PatchType.JSON
-        assert kw["namespace"] == NS
-        if self.unavailable:
-            raise api_errors.ServerError("etcd is away", status=503)
-        if name in self.missing:
-            raise api_errors.NotFound(f'{resource.plural} "{name}" not found', status=404)
-        if name in self.forbidden:
-            raise api_errors.Forbidden("cannot patch", status=403, reason="Forbidden")
-        annotations = dict(self.template(name))
-        for op in body:
-            prefix, _, token = op["path"].rpartition("/")
-            assert prefix == restarts.TEMPLATE_ANNOTATIONS
-            key = unescape(token)
-            if op["op"] == "remove":
-                if key not in annotations:
-                    raise api_errors.Invalid(REFUSED, status=422, reason="Invalid")
-                del annotations[key]
-            else:
-                assert op["op"] == "add"
-                annotations[key] = op["value"]
-        self.templates[name] = annotations
-        self.rollouts.append((resource.kind, name, annotations[KEY]))
-        return {"spec": {"template": {"metadata": {"annotations": annotations}}}}
-
-
 class Targets(World):
-    """A Route ``r`` with one API-key backend and ``rolloutRestartTargets``; the clock is ours."""
+    """A Route ``r`` with one API-key backend and ``rolloutRestartTargets``, and the workloads
+    they name on the in-memory API server, whose JSON Patch is applied as the API server applies
+    one (all operations or none; ``remove`` of an absent key is 422 ``Invalid``). Each workload's
+    pod template carries an annotation of its owner's (:data:`OTHER`) and the opt-in for Route
+    ``r``, unless named in ``not_opted_in``; those in ``missing`` do not exist."""
 
-    api: WorkloadAPI
-
-    def __init__(self, targets: list[dict[str, str]]) -> None:
+    def __init__(
+        self,
+        targets: list[dict[str, str]],
+        *,
+        missing: tuple[str, ...] = (),
+        not_opted_in: tuple[str, ...] = (),
+    ) -> None:
         super().__init__()
-        self.clock = clocks.FakeClock(NOW)
-        self.api = WorkloadAPI()
-        self.recorder = RecordingEvents()
-        self.reconciler = RouteReconciler(
-            api_client=cast(clients.Client, self.api),
-            routes=self.routes,
-            backends=self.backends,
-            policies=self.policies,
-            managed_secrets=self.managed,
-            recorder=cast(events.EventRecorder, self.recorder),
-            own_writes=echoes.OwnWrites(),
-            clock=self.clock,
-        )
+        for target in targets:
+            if target["name"] not in missing:
+                self.workload(target, opted_in=target["name"] not in not_opted_in)
         self.chain("b", {"apiKey": b"sk-one"})
         self.route("b")
         self.set_targets(targets)
         self.result = Result()
 
+    def workload(self, target: dict[str, str], *, opted_in: bool = True) -> None:
+        """Creates (or replaces) the workload ``target`` names, as its owner writes it."""
+        annotations = {**OTHER, **({KEY: ""} if opted_in else {})}
+        self.api.put(
+            restarts.WORKLOADS[target["kind"]],
+            {
+                "metadata": {"name": target["name"], "namespace": NS},
+                "spec": {"template": {"metadata": {"annotations": annotations}}},
+            },
+        )
+
+    def template(self, target: dict[str, str]) -> dict[str, str]:
+        """The pod template's annotations of workload ``target``, as the server holds them."""
+        stored = self.api.stored(restarts.WORKLOADS[target["kind"]], NS, target["name"])
+        assert stored is not None
+        return dict(stored["spec"]["template"]["metadata"]["annotations"])
+
+    def rollouts(self) -> list[tuple[str, str, str]]:
+        """Every restart patch the server applied: (kind, name, the annotation value set)."""
+        done = []
+        for w in self.api.writes:
+            if w.resource.group != "apps":
+                continue
+            assert (w.patch_type, w.namespace) == (clients.PatchType.JSON, NS)
+            remove, add = w.body
+            assert (remove["op"], add["op"]) == ("remove", "add")
+            done.append((w.resource.kind, w.name, add["value"]))
+        return done
+
     def set_targets(self, targets: list[dict[str, str]]) -> None:
-        route = dict(self.routes.get(objects.make_key(NS, "r")) or {})
+        route = self.api.stored(api.ROUTES, NS, "r")
+        assert route is not None
         spec = {**route["spec"]}
         if targets:
             spec["rolloutRestartTargets"] = targets
         else:
             spec.pop("rolloutRestartTargets", None)
-        self.routes.upsert({**route, "spec": spec})
+        self.api.put(api.ROUTES, {**route, "spec": spec})
 
     def key(self, value: bytes) -> None:
         self.chain("b", {"apiKey": value})
 
     def reconcile(self) -> None:
-        writes = len(self.api.writes)
         self.result = self.reconciler.reconcile(Request(NS, "r"))
-        new = self.api.writes[writes:]
-        for plural, _, body in new:
-            if plural == "secrets":
-                self.managed.upsert(body)
-            else:
-                route = dict(self.routes.get(objects.make_key(NS, "r")) or {})
-                self.routes.upsert({**route, "status": body["status"]})
+        self.api.sync()
 
     def status(self) -> dict[str, Any]:
-        route = self.routes.get(objects.make_key(NS, "r")) or {}
-        return cast(dict[str, Any], route.get("status") or {})
+        route = self.api.stored(api.ROUTES, NS, "r") or {}
+        return dict(route.get("status") or {})
 
     def rollout_condition(self) -> dict[str, Any] | None:
         conditions = self.status().get("conditions") or []
@@ -257,7 +225,7 @@ DS = {"kind": "DaemonSet", "name": "agent"}
 def test_the_first_configuration_restarts_nothing_and_a_no_op_reconcile_writes_nothing() -> None:
     world = Targets([GW])
     world.reconcile()
-    assert world.api.rollouts == []
+    assert world.rollouts() == []
     assert world.status()["rolloutRestart"] == {"configHash": world.config_hash()}
     condition = world.rollout_condition()
     assert condition is not None
@@ -268,7 +236,7 @@ def test_the_first_configuration_restarts_nothing_and_a_no_op_reconcile_writes_n
     world.clock.advance(3600)
     world.reconcile()  # a resync, a restarted controller: the same state
     assert len(world.api.writes) == writes, "zero writes on a no-op reconcile"
-    assert world.api.rollouts == []
+    assert world.rollouts() == []
 
 
 def test_changes_within_the_window_cost_one_rollout_of_the_last_configuration() -> None:
@@ -279,20 +247,20 @@ def test_changes_within_the_window_cost_one_rollout_of_the_last_configuration() 
     world.key(b"sk-two")
     world.reconcile()
     assert world.config_hash() != first
-    assert world.api.rollouts == [], "debounced: not at once"
+    assert world.rollouts() == [], "debounced: not at once"
     assert world.result.requeue_after == pytest.approx(WINDOW)
     assert world.status()["rolloutRestart"]["configHash"] == first, "nothing written meanwhile"
 
     world.clock.advance(WINDOW / 2)
     world.key(b"sk-three")
     world.reconcile()
-    assert world.api.rollouts == []
+    assert world.rollouts() == []
     assert world.result.requeue_after == pytest.approx(WINDOW / 2), "the window does not move"
 
     world.clock.advance(WINDOW / 2)
     world.reconcile()  # the requeue
     last = world.config_hash()
-    assert world.api.rollouts == [
+    assert world.rollouts() == [
         ("Deployment", "gw", last),
         ("StatefulSet", "db", last),
         ("DaemonSet", "agent", last),
@@ -309,19 +277,19 @@ def test_changes_within_the_window_cost_one_rollout_of_the_last_configuration() 
     writes = len(world.api.writes)
     world.clock.advance(600)
     world.reconcile()
-    assert (len(world.api.writes), len(world.api.rollouts)) == (writes, 3), "no second rollout"
+    assert (len(world.api.writes), len(world.rollouts())) == (writes, 3), "no second rollout"
 
 
 def test_a_missing_target_is_reported_retried_with_backoff_and_rolled_out_once_it_exists() -> None:
     world = Targets([GW, DB])
     world.reconcile()
-    world.api.missing.add("db")
+    world.api.remove(restarts.WORKLOADS["StatefulSet"], NS, "db")
     world.key(b"sk-two")
     world.reconcile()
     world.clock.advance(WINDOW)
     world.reconcile()
     current = world.config_hash()
-    assert world.api.rollouts == [("Deployment", "gw", current)], "the others are rolled out"
+    assert world.rollouts() == [("Deployment", "gw", current)], "the others are rolled out"
     condition = world.rollout_condition()
     assert condition is not None
     assert (condition["status"], condition["reason"]) == ("False", "TargetNotFound")
@@ -331,17 +299,17 @@ def test_a_missing_target_is_reported_retried_with_backoff_and_rolled_out_once_i
     assert world.status()["rolloutRestart"]["configHash"] != current, "not recorded as done"
 
     world.reconcile()  # before the backoff ends (another event): nothing sent
-    assert len(world.api.rollouts) == 1
+    assert len(world.rollouts()) == 1
     assert world.result.requeue_after == pytest.approx(1.0)
     world.clock.advance(1.0)
     world.reconcile()  # still missing: retried, backoff doubles, no second Event
     assert world.result.requeue_after == 2.0
     assert world.reasons() == [("Warning", "TargetNotFound")]
 
-    world.api.missing.clear()
+    world.workload(DB)  # it appears
     world.clock.advance(2.0)
     world.reconcile()
-    assert world.api.rollouts[-1] == ("StatefulSet", "db", current)
+    assert world.rollouts()[-1] == ("StatefulSet", "db", current)
     condition = world.rollout_condition()
     assert condition is not None
     assert (condition["status"], condition["reason"]) == ("True", "Restarted")
@@ -352,16 +320,15 @@ def test_a_missing_target_is_reported_retried_with_backoff_and_rolled_out_once_i
 def test_a_target_that_has_not_opted_in_is_left_alone_reported_and_rolled_out_once_it_does() -> (
     None
 ):
-    world = Targets([GW, DB])
-    world.api.not_opted_in.add("gw")
+    world = Targets([GW, DB], not_opted_in=("gw",))
     world.reconcile()
     world.key(b"sk-two")
     world.reconcile()
     world.clock.advance(WINDOW)
     world.reconcile()
     current = world.config_hash()
-    assert world.api.rollouts == [("StatefulSet", "db", current)], "the others are rolled out"
-    assert world.api.template("gw") == OTHER, "not touched: no opt-in"
+    assert world.rollouts() == [("StatefulSet", "db", current)], "the others are rolled out"
+    assert world.template(GW) == OTHER, "not touched: no opt-in"
     condition = world.rollout_condition()
     assert condition is not None
     assert (condition["status"], condition["reason"]) == ("False", api.REASON_RESTART_NOT_PERMITTED)
@@ -380,16 +347,16 @@ def test_a_target_that_has_not_opted_in_is_left_alone_reported_and_rolled_out_on
     world.reconcile()  # still not opted in: retried, backoff doubles, no second Event
     assert world.result.requeue_after == 2.0
     assert world.reasons() == [("Warning", "RestartNotPermitted")]
-    assert world.api.template("gw") == OTHER
+    assert world.template(GW) == OTHER
 
-    world.api.templates["gw"][KEY] = ""  # the owner opts in
+    world.workload(GW)  # the owner opts in
     world.clock.advance(2.0)
     world.reconcile()
-    assert world.api.rollouts[-2:] == [
+    assert world.rollouts()[-2:] == [
         ("Deployment", "gw", current),
         ("StatefulSet", "db", current),
     ]
-    assert world.api.template("gw") == {**OTHER, KEY: current}
+    assert world.template(GW) == {**OTHER, KEY: current}
     condition = world.rollout_condition()
     assert condition is not None
     assert (condition["status"], condition["reason"]) == ("True", "Restarted")
@@ -398,9 +365,7 @@ def test_a_target_that_has_not_opted_in_is_left_alone_reported_and_rolled_out_on
 
 
 def test_one_reason_when_several_apply_every_target_in_the_message_an_event_per_change() -> None:
-    world = Targets([GW, DB, DS])
-    world.api.missing.add("db")
-    world.api.not_opted_in.add("agent")
+    world = Targets([GW, DB, DS], missing=("db",), not_opted_in=("agent",))
     world.reconcile()
     world.key(b"sk-two")
     world.reconcile()
@@ -412,14 +377,14 @@ def test_one_reason_when_several_apply_every_target_in_the_message_an_event_per_
     assert "StatefulSet db not found" in condition["message"]
     assert "DaemonSet agent has not opted in" in condition["message"]
 
-    world.api.missing.clear()  # db appears; agent still has not opted in
+    world.workload(DB)  # db appears; agent still has not opted in
     world.clock.advance(1.0)
     world.reconcile()
     condition = world.rollout_condition()
     assert condition is not None
     assert (condition["status"], condition["reason"]) == ("False", "RestartNotPermitted")
     assert world.reasons() == [("Warning", "TargetNotFound"), ("Warning", "RestartNotPermitted")]
-    assert [(kind, value) for kind, _, value in world.api.rollouts] == [
+    assert [(kind, value) for kind, _, value in world.rollouts()] == [
         ("Deployment", world.config_hash()),
         ("Deployment", world.config_hash()),  # the same patch again: changes nothing
         ("StatefulSet", world.config_hash()),
@@ -427,9 +392,8 @@ def test_one_reason_when_several_apply_every_target_in_the_message_an_event_per_
 
 
 def test_an_edited_target_list_is_tried_at_once_after_a_failure() -> None:
-    world = Targets([GW, {"kind": "Deployment", "name": "typo"}])
+    world = Targets([GW, {"kind": "Deployment", "name": "typo"}], missing=("typo",))
     world.reconcile()
-    world.api.missing.add("typo")
     world.key(b"sk-two")
     world.reconcile()
     world.clock.advance(WINDOW)
@@ -446,23 +410,25 @@ def test_an_incomplete_rollout_is_finished_even_when_the_configuration_went_back
     world = Targets([GW, DB])
     world.reconcile()
     first = world.config_hash()
-    world.api.missing.add("db")
+    world.api.remove(restarts.WORKLOADS["StatefulSet"], NS, "db")
     world.key(b"sk-two")
     world.reconcile()
     world.clock.advance(WINDOW)
     world.reconcile()  # gw now runs sk-two; db is missing
     world.key(b"sk-one")  # back to the recorded configuration
-    world.api.missing.clear()
+    world.workload(DB)
     world.clock.advance(1.0)
     world.reconcile()
     assert world.config_hash() == first
-    assert world.api.rollouts[-2:] == [("Deployment", "gw", first), ("StatefulSet", "db", first)]
+    assert world.rollouts()[-2:] == [("Deployment", "gw", first), ("StatefulSet", "db", first)]
 
 
 def test_a_refused_patch_is_restart_failed_and_a_transient_error_raises() -> None:
     world = Targets([GW])
     world.reconcile()
-    world.api.forbidden.add("gw")
+    deployments = restarts.WORKLOADS["Deployment"]
+    forbidden = api_errors.Forbidden("cannot patch", status=403, reason="Forbidden")
+    world.api.fail(forbidden, resource=deployments, name="gw", times=None)
     world.key(b"sk-two")
     world.reconcile()
     world.clock.advance(WINDOW)
@@ -472,8 +438,8 @@ def test_a_refused_patch_is_restart_failed_and_a_transient_error_raises() -> Non
     assert (condition["status"], condition["reason"]) == ("False", "RestartFailed")
     assert "Deployment gw: cannot patch" in condition["message"]
 
-    world.api.forbidden.clear()
-    world.api.unavailable = True
+    world.api.heal()
+    world.api.fail(api_errors.ServerError("etcd is away", status=503), resource=deployments)
     world.clock.advance(restarts.RETRY_MAX_SECONDS)
     with pytest.raises(api_errors.ServerError):
         world.reconcile()
@@ -506,7 +472,7 @@ def test_a_configuration_that_could_not_be_written_rolls_nothing_out(
     world.clock.advance(WINDOW)
     world.reconcile()
     assert world.rollout_condition()["reason"] == "FirstConfiguration"  # type: ignore[index]
-    assert world.api.rollouts == []
+    assert world.rollouts() == []
     assert world.status()["rolloutRestart"] == record, "kept, not dropped"
 
 

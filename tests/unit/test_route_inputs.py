@@ -1,8 +1,9 @@
 """A Route whose inputs have not changed since its configuration was written is not rendered
 again (``rotator.dev/config-inputs`` on the config Secret): a restart renders nothing. Anything
 that makes the Secret differ from what was written — inputs, data, either hash annotation — and
-the route is rendered and, when needed, repaired. Run against in-memory stores, with the config
-Secret brought back as the informer would (managed view, echo consumed)."""
+the route is rendered and, when needed, repaired. Run against in-memory caches fed by an
+in-memory API server, with the config Secret brought back as the informer would (managed view,
+echo consumed)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ from typing import Any
 
 import pytest
 
-from controllers.reconcilers import api, echoes, routeconfig, secretviews
+from controllers.reconcilers import api, echoes, routeconfig
 from controllers.reconcilers.route import RouteReconciler
+from controllers.runtime import errors as api_errors
 from controllers.runtime import objects
 from controllers.runtime.reconcile import Request
 from tests.unit.test_route_reconciler import NS, World
@@ -36,13 +38,13 @@ def renders(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return calls
 
 
-def bring_back(world: World, own: echoes.OwnWrites, version: str) -> None:
-    """The last written config Secret as the informer delivers it: at ``version``, through the
-    managed view, its echo consumed."""
-    body = dict(world.api.secrets()[-1])
-    body["metadata"] = {**body["metadata"], "resourceVersion": version}
-    assert own.is_echo(body)
-    world.managed.upsert(secretviews.managed(body))
+def bring_back(world: World, own: echoes.OwnWrites) -> None:
+    """The written config Secret as the informer delivers it: through the managed view, its
+    echo consumed."""
+    world.api.sync()
+    stored = world.api.stored(objects.SECRETS, NS, api.route_config_secret_name("r"))
+    assert stored is not None
+    assert own.is_echo(stored)
 
 
 def restarted(world: World) -> RouteReconciler:
@@ -57,31 +59,31 @@ def written() -> World:
     world.chain("a", {"apiKey": b"sk-1"})
     world.route("a")
     world.reconcile()
-    bring_back(world, world.own_writes, "5")
+    bring_back(world, world.own_writes)
     return world
 
 
-def edit_cached(world: World, change: Callable[[dict[str, Any]], None]) -> None:
-    cached = dict(world.managed.get(KEY) or {})
-    cached["metadata"] = {**cached["metadata"]}
-    cached["metadata"]["annotations"] = dict(cached["metadata"]["annotations"])
-    change(cached)
-    world.managed.upsert(cached)
+def edit(world: World, change: Callable[[dict[str, Any]], None]) -> None:
+    """Someone edits the config Secret: the server holds it changed, the cache sees it."""
+    stored = world.api.stored(objects.SECRETS, NS, api.route_config_secret_name("r"))
+    assert stored is not None
+    change(stored)
+    world.api.put(objects.SECRETS, stored)
 
 
 def writes(world: World) -> int:
-    return len(world.api.secrets())
+    return len(world.secrets())
 
 
 def test_a_restart_renders_nothing_for_a_route_whose_inputs_are_unchanged(
     written: World, renders: list[int]
 ) -> None:
     """Mutation caught: the shortcut removed (one render per route at every start)."""
-    before, statuses = writes(written), len(written.api.statuses())
+    before, statuses = writes(written), len(written.statuses())
     restarted(written).reconcile(Request(NS, "r"))
     assert renders == []
     assert writes(written) == before
-    assert len(written.api.statuses()) == statuses  # Programmed as it was: nothing to write
+    assert len(written.statuses()) == statuses  # Programmed as it was: nothing to write
 
 
 def test_a_changed_input_renders_and_writes(written: World, renders: list[int]) -> None:
@@ -95,10 +97,7 @@ def test_edited_data_is_rendered_and_repaired(written: World, renders: list[int]
     """Mutation caught: the record not bound to the data (an edit of the data alone then kept
     for good)."""
     before = writes(written)
-    edit_cached(
-        written,
-        lambda s: s.update({secretviews.DATA_DIGEST: secretviews.data_digest({"x": "eA=="})}),
-    )
+    edit(written, lambda s: s.update(data={"x": "eA=="}))
     restarted(written).reconcile(Request(NS, "r"))
     assert renders == [1]
     assert writes(written) == before + 1
@@ -109,13 +108,11 @@ def test_an_edited_config_hash_is_rendered_and_repaired(written: World, renders:
     before = writes(written)
     annotations = objects.meta(written.managed.get(KEY) or {}).get("annotations") or {}
     original = annotations[api.CONFIG_HASH_ANNOTATION]
-    edit_cached(
-        written, lambda s: s["metadata"]["annotations"].update({api.CONFIG_HASH_ANNOTATION: "0"})
-    )
+    edit(written, lambda s: s["metadata"]["annotations"].update({api.CONFIG_HASH_ANNOTATION: "0"}))
     restarted(written).reconcile(Request(NS, "r"))
     assert renders == [1]
     assert writes(written) == before + 1
-    written_annotations = written.api.secrets()[-1]["metadata"]["annotations"]
+    written_annotations = written.secrets()[-1]["metadata"]["annotations"]
     assert written_annotations[api.CONFIG_HASH_ANNOTATION] == original
 
 
@@ -125,7 +122,7 @@ def test_an_edited_record_is_rendered_and_not_rewritten_alone(
     """The record is a shortcut, not content: a wrong one costs a render, never a write a gateway
     would reload for. Mutation caught: the record compared (one write per edited record)."""
     before = writes(written)
-    edit_cached(
+    edit(
         written,
         lambda s: s["metadata"]["annotations"].update({api.CONFIG_INPUTS_ANNOTATION: "0" * 64}),
     )
@@ -140,7 +137,7 @@ def test_a_config_written_before_the_record_existed_is_rendered_not_rewritten(
     """An upgrade writes nothing. Mutation caught: comparing with the record required (every
     config Secret rewritten once by the upgrade's first start)."""
     before = writes(written)
-    edit_cached(written, lambda s: s["metadata"]["annotations"].pop(api.CONFIG_INPUTS_ANNOTATION))
+    edit(written, lambda s: s["metadata"]["annotations"].pop(api.CONFIG_INPUTS_ANNOTATION))
     restarted(written).reconcile(Request(NS, "r"))
     assert renders == [1]
     assert writes(written) == before
@@ -148,12 +145,16 @@ def test_a_config_written_before_the_record_existed_is_rendered_not_rewritten(
 
 def test_a_write_not_back_in_the_cache_is_rendered(written: World, renders: list[int]) -> None:
     """While the cache lags an own write, the cached Secret says nothing about what the server
-    holds: rendered and compared with that write."""
+    holds: rendered and compared with that write (and sent from the cache's version, which the
+    server refuses until the cache caught up)."""
     written.chain("a", {"apiKey": b"sk-2"})
     written.reconciler.reconcile(Request(NS, "r"))  # written; its event not back
     written.chain("a", {"apiKey": b"sk-1"})  # undone at once: the cache matches the inputs
-    written.reconciler.reconcile(Request(NS, "r"))
+    with pytest.raises(api_errors.Conflict):
+        written.reconciler.reconcile(Request(NS, "r"))
     assert len(renders) == 2
+    written.api.sync()
+    written.reconcile()  # the retry
     assert written.served() == {"a": {"apiKey": "sk-1"}}
 
 

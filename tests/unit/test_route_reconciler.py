@@ -1,6 +1,7 @@
 """The Route reconciler never wedges on one bad input: a backend whose credentials are not text is
 left out and named, the others are written; a configuration a Secret cannot hold is refused with
-a condition and the previous one kept. Run against in-memory stores and a recording API."""
+a condition and the previous one kept. Run against in-memory caches fed by an in-memory API
+server (tests/support/memapi.py), which keeps what the reconciler writes."""
 
 from __future__ import annotations
 
@@ -11,54 +12,33 @@ from typing import Any, cast
 import pytest
 import yaml
 
-from controllers.reconcilers import api, echoes, indexes, routeconfig
+from controllers.reconcilers import api, derived, echoes, indexes, routeconfig, secretviews
 from controllers.reconcilers.route import RouteReconciler
-from controllers.runtime import client as clients
 from controllers.runtime import clock as clocks
 from controllers.runtime import errors as api_errors
-from controllers.runtime import events, objects
+from controllers.runtime import objects
 from controllers.runtime.reconcile import Request
 from controllers.runtime.store import Store
+from tests.support import memapi
 
 NS = "ns"
 NOW = 1_700_000_000.0
 BAD = b"\xff\xfe-not-text-secret-bytes"
 
 
-class RecordingAPI:
-    """The two writes a Route reconcile makes: the config Secret and the status (both applies)."""
-
-    def __init__(self) -> None:
-        self.writes: list[tuple[str, str, dict[str, Any]]] = []
-        self.refuse: api_errors.ApiError | None = None
-
-    def patch(self, resource: objects.Resource, name: str, body: Any, **_: Any) -> dict[str, Any]:
-        if resource == objects.SECRETS and self.refuse is not None:
-            raise self.refuse
-        self.writes.append((resource.plural, name, body))
-        return cast(dict[str, Any], body)
-
-    def secrets(self) -> list[dict[str, Any]]:
-        return [body for plural, _, body in self.writes if plural == "secrets"]
-
-    def statuses(self) -> list[dict[str, Any]]:
-        return [body["status"] for plural, _, body in self.writes if plural == "routes"]
-
-
-class RecordingEvents:
-    def __init__(self) -> None:
-        self.events: list[tuple[str, str, str]] = []
-
-    def event(self, obj: Any, type_: str, reason: str, message: str) -> None:
-        self.events.append((type_, reason, message))
-
-
 class World:
+    """Caches of routes, backends, policies and managed Secrets (through the controller's
+    managed-Secret view), fed by :attr:`api`; :meth:`reconcile` lets them catch up after."""
+
     def __init__(self) -> None:
-        self.api = RecordingAPI()
-        self.recorder = RecordingEvents()
+        self.api = memapi.MemAPI()
+        self.recorder = memapi.RecordedEvents()
         self.routes, self.backends, self.policies, self.managed = Store(), Store(), Store(), Store()
         self.policies.add_index(indexes.POLICY_BY_BACKEND, indexes.policy_backends)
+        self.api.feed(api.ROUTES, self.routes)
+        self.api.feed(api.BACKENDS, self.backends)
+        self.api.feed(api.POLICIES, self.policies)
+        self.api.feed(objects.SECRETS, self.managed, view=secretviews.managed)
         self.clock = clocks.FakeClock(NOW)
         self.restart()
 
@@ -66,12 +46,12 @@ class World:
         """A new reconciler over the same caches and API: a process that just started."""
         self.own_writes = echoes.OwnWrites()
         self.reconciler = RouteReconciler(
-            api_client=cast(clients.Client, self.api),
+            api_client=self.api,
             routes=self.routes,
             backends=self.backends,
             policies=self.policies,
             managed_secrets=self.managed,
-            recorder=cast(events.EventRecorder, self.recorder),
+            recorder=self.recorder,
             own_writes=self.own_writes,
             clock=self.clock,
         )
@@ -80,36 +60,40 @@ class World:
         self, backend: str, data: dict[str, bytes], annotations: dict[str, str] | None = None
     ) -> None:
         """A ServiceBackend, a Ready API-key policy targeting it and its derived Secret."""
-        self.backends.upsert(
+        self.api.put(
+            api.BACKENDS,
             {
                 "metadata": {"name": backend, "namespace": NS},
                 "spec": {
                     "schema": "OpenAI",
                     "endpoint": {"host": f"{backend}.example", "port": 443},
                 },
-            }
+            },
         )
-        policy = f"p-{backend}"
-        self.policies.upsert(
+        policy = self.api.put(
+            api.POLICIES,
             {
-                "metadata": {"name": policy, "namespace": NS},
+                "metadata": {"name": f"p-{backend}", "namespace": NS},
                 "spec": {"type": "APIKey", "targetRefs": [{"name": backend}]},
                 "status": {"conditions": [{"type": "Ready", "status": "True"}]},
-            }
+            },
         )
-        self.managed.upsert(
+        self.api.put(
+            objects.SECRETS,
             {
                 "metadata": {
-                    "name": api.derived_secret_name(policy),
+                    "name": api.derived_secret_name(objects.name(policy)),
                     "namespace": NS,
                     "annotations": annotations or {},
+                    "ownerReferences": [derived.owner_reference(policy, "BackendSecurityPolicy")],
                 },
                 "data": {k: base64.b64encode(v).decode() for k, v in data.items()},
-            }
+            },
         )
 
     def route(self, *backends: str) -> None:
-        self.routes.upsert(
+        self.api.put(
+            api.ROUTES,
             {
                 "apiVersion": api.API_VERSION,
                 "kind": "Route",
@@ -124,31 +108,42 @@ class World:
                         }
                     ]
                 },
-            }
+            },
         )
+
+    def edit(self, resource: objects.Resource, name: str, **fields: Any) -> None:
+        """Object ``name`` changed by someone else: ``fields`` replace its top-level fields
+        (``metadata`` merged)."""
+        was = self.api.stored(resource, NS, name)
+        assert was is not None
+        md = {**was["metadata"], **fields.pop("metadata", {})}
+        self.api.put(resource, {**was, **fields, "metadata": md})
 
     def reconcile(self) -> None:
         self.reconciler.reconcile(Request(NS, "r"))
-        # what the informer would bring back: the written config Secret and status
-        for body in self.api.secrets()[-1:]:
-            self.managed.upsert(body)
-        if self.api.statuses():
-            route = dict(self.routes.get(objects.make_key(NS, "r")) or {})
-            self.routes.upsert({**route, "status": self.api.statuses()[-1]})
+        self.api.sync()  # the informers bring back the written config Secret and status
+
+    def secrets(self) -> list[dict[str, Any]]:
+        """The config Secrets written (applied), in order."""
+        return [w.body for w in self.api.writes_to(objects.SECRETS)]
+
+    def statuses(self) -> list[dict[str, Any]]:
+        """The Route statuses written, in order."""
+        return [w.status for w in self.api.writes_to(api.ROUTES, subresource="status")]
 
     def condition(self, type_: str) -> dict[str, Any]:
-        status = self.api.statuses()[-1]
+        status = self.statuses()[-1]
         return next(c for c in status["conditions"] if c["type"] == type_)
 
     def config(self) -> dict[str, Any]:
-        data = self.api.secrets()[-1]["data"][api.ROUTE_CONFIG_KEY]
+        data = self.secrets()[-1]["data"][api.ROUTE_CONFIG_KEY]
         return cast(dict[str, Any], yaml.safe_load(base64.b64decode(data)))
 
     def served(self) -> dict[str, Any]:
         return {b["name"]: b["credentials"]["data"] for b in self.config()["rules"][0]["backends"]}
 
     def leaked(self) -> bool:
-        text = json.dumps([self.api.statuses(), self.recorder.events])
+        text = json.dumps([self.statuses(), self.recorder.events])
         return any(v in text for v in (BAD.decode("latin-1"), base64.b64encode(BAD).decode()))
 
 
@@ -196,7 +191,7 @@ def key_length_for(size: int) -> int:
     probe.route("big")
     probe.reconcile()
     overhead = routeconfig.secret_size(
-        base64.b64decode(probe.api.secrets()[-1]["data"][api.ROUTE_CONFIG_KEY]).decode()
+        base64.b64decode(probe.secrets()[-1]["data"][api.ROUTE_CONFIG_KEY]).decode()
     )
     return size - (overhead - 100)
 
@@ -206,7 +201,7 @@ def test_a_config_exactly_at_the_secret_limit_is_written(world: World) -> None:
     world.route("big")
     world.reconcile()
     assert world.condition("Programmed")["status"] == "True"
-    (written,) = world.api.secrets()
+    (written,) = world.secrets()
     text = base64.b64decode(written["data"][api.ROUTE_CONFIG_KEY]).decode()
     assert routeconfig.secret_size(text) == routeconfig.MAX_SECRET_BYTES
 
@@ -226,11 +221,11 @@ def test_a_config_over_the_secret_limit_is_refused_and_the_previous_one_kept(
     world.chain("big", {"apiKey": b"sk-small"})
     world.route("big")
     world.reconcile()
-    assert len(world.api.secrets()) == 1
+    assert len(world.secrets()) == 1
     too_long = key_length_for(routeconfig.MAX_SECRET_BYTES + 1)
     world.chain("big", {"apiKey": b"k" * too_long})
     world.reconcile()  # no exception: nothing to retry until an input changes
-    assert len(world.api.secrets()) == 1, "nothing written"
+    assert len(world.secrets()) == 1, "nothing written"
     programmed = world.condition("Programmed")
     assert (programmed["status"], programmed["reason"]) == ("False", "ConfigTooLarge")
     assert f"{routeconfig.MAX_SECRET_BYTES + 1} bytes" in programmed["message"]
@@ -249,14 +244,18 @@ def test_a_first_config_over_the_limit_says_none_was_written(world: World) -> No
     world.chain("big", {"apiKey": b"k" * key_length_for(routeconfig.MAX_SECRET_BYTES + 1)})
     world.route("big")
     world.reconcile()
-    assert world.api.secrets() == []
+    assert world.secrets() == []
     assert "was not written" in world.condition("Programmed")["message"]
 
 
 def test_a_config_the_api_server_refuses_is_reported_not_retried(world: World) -> None:
     world.chain("good", {"apiKey": b"sk-good-1"})
     world.route("good")
-    world.api.refuse = api_errors.Invalid("Secret is invalid: metadata.labels: Invalid value")
+    world.api.fail(
+        api_errors.Invalid("Secret is invalid: metadata.labels: Invalid value"),
+        resource=objects.SECRETS,
+        times=None,
+    )
     world.reconcile()
     programmed = world.condition("Programmed")
     assert (programmed["status"], programmed["reason"]) == ("False", "ConfigRejected")
@@ -293,9 +292,9 @@ def test_every_backend_resolved_is_resolved_refs_and_programmed(world: World) ->
     assert reason(world, "Programmed") == ("True", "Programmed")
     assert reason(world, "Accepted") == ("True", "Accepted")
     assert "rotator-route-r" in world.condition("Programmed")["message"]
-    written = len(world.api.secrets())
+    written = len(world.secrets())
     world.reconcile()
-    assert len(world.api.secrets()) == written, "an unchanged configuration is not rewritten"
+    assert len(world.secrets()) == written, "an unchanged configuration is not rewritten"
 
 
 def test_a_missing_or_deleted_backend_is_backend_not_found(world: World) -> None:
@@ -307,17 +306,14 @@ def test_a_missing_or_deleted_backend_is_backend_not_found(world: World) -> None
     assert world.served() == {"good": {"apiKey": "sk-good-1"}}
 
     world.chain("absent", {"apiKey": b"sk-2"})
-    backend = dict(world.backends.get(objects.make_key(NS, "absent")) or {})
-    world.backends.upsert(
-        {**backend, "metadata": {**backend["metadata"], "deletionTimestamp": "t"}}
-    )
+    world.edit(api.BACKENDS, "absent", metadata={"deletionTimestamp": "t"})
     world.reconcile()
     assert reason(world, "ResolvedRefs") == ("False", "BackendNotFound")
 
 
 def test_a_backend_no_policy_targets_is_called_without_credentials(world: World) -> None:
     world.chain("plain", {"apiKey": b"unused"})
-    world.policies.delete(objects.make_key(NS, "p-plain"))
+    world.api.remove(api.POLICIES, NS, "p-plain")
     world.route("plain")
     world.reconcile()
     assert reason(world, "ResolvedRefs") == ("True", "ResolvedRefs")
@@ -328,12 +324,13 @@ def test_a_backend_no_policy_targets_is_called_without_credentials(world: World)
 
 def test_a_backend_two_policies_target_is_a_policy_conflict(world: World) -> None:
     world.chain("b", {"apiKey": b"sk-1"})
-    world.policies.upsert(
+    world.api.put(
+        api.POLICIES,
         {
             "metadata": {"name": "p-other", "namespace": NS},
             "spec": {"type": "APIKey", "targetRefs": [{"name": "b"}]},
             "status": {"conditions": [{"type": "Ready", "status": "True"}]},
-        }
+        },
     )
     world.route("b")
     world.reconcile()
@@ -343,17 +340,16 @@ def test_a_backend_two_policies_target_is_a_policy_conflict(world: World) -> Non
 
 def test_a_policy_not_ready_or_not_written_yet_is_policy_not_ready(world: World) -> None:
     world.chain("b", {"apiKey": b"sk-1"})
-    policy = dict(world.policies.get(objects.make_key(NS, "p-b")) or {})
-    world.policies.upsert(
-        {**policy, "status": {"conditions": [{"type": "Ready", "status": "False"}]}}
-    )
+    ready = world.api.stored(api.POLICIES, NS, "p-b")
+    world.edit(api.POLICIES, "p-b", status={"conditions": [{"type": "Ready", "status": "False"}]})
     world.route("b")
     world.reconcile()
     assert reason(world, "ResolvedRefs") == ("False", "PolicyNotReady")
     assert "BackendSecurityPolicy p-b is not ready" in world.condition("ResolvedRefs")["message"]
 
-    world.policies.upsert(policy)  # Ready again, but its derived Secret is not cached yet
-    world.managed.delete(objects.make_key(NS, api.derived_secret_name("p-b")))
+    assert ready is not None
+    world.edit(api.POLICIES, "p-b", status=ready["status"])  # Ready again, but its derived
+    world.api.remove(objects.SECRETS, NS, api.derived_secret_name("p-b"))  # Secret not there yet
     world.reconcile()
     assert reason(world, "ResolvedRefs") == ("False", "PolicyNotReady")
     assert "not written yet" in world.condition("ResolvedRefs")["message"]
@@ -380,13 +376,12 @@ def test_the_expiry_timer_counts_from_the_end_of_the_reconcile(world: World) -> 
         "soon", {"apiKey": b"sk-soon"}, {api.EXPIRATION_ANNOTATION: clocks.rfc3339(NOW + 60)}
     )
     world.route("soon")
-    patch = world.api.patch
 
-    def slow_patch(*args: Any, **kwargs: Any) -> Any:
-        world.clock.advance(1)
-        return patch(*args, **kwargs)
+    def slow_write(call: memapi.Call) -> None:
+        if call.verb is memapi.Verb.PATCH:
+            world.clock.advance(1)
 
-    world.api.patch = slow_patch  # type: ignore[method-assign]
+    world.api.intercept(slow_write)
     result = world.reconciler.reconcile(Request(NS, "r"))
     assert result.requeue_after == pytest.approx(60.001 - (world.clock.now() - NOW))
     assert world.clock.now() > NOW, "the writes took time"
@@ -404,8 +399,7 @@ def test_with_several_problems_the_first_backend_by_name_gives_the_reason(world:
 def test_a_route_missing_or_being_deleted_writes_nothing(world: World) -> None:
     world.reconciler.reconcile(Request(NS, "r"))
     world.route("b")
-    route = dict(world.routes.get(objects.make_key(NS, "r")) or {})
-    world.routes.upsert({**route, "metadata": {**route["metadata"], "deletionTimestamp": "t"}})
+    world.edit(api.ROUTES, "r", metadata={"deletionTimestamp": "t"})
     world.reconciler.reconcile(Request(NS, "r"))
     assert world.api.writes == []
 
@@ -416,16 +410,15 @@ def test_a_route_missing_or_being_deleted_writes_nothing(world: World) -> None:
 def new_route(world: World, *backends: str) -> None:
     """Route ``r``, created now (``NOW``) and never written; the clock half a second on."""
     world.route(*backends)
-    route = dict(world.routes.get(objects.make_key(NS, "r")) or {})
-    route["metadata"] = {**route["metadata"], "creationTimestamp": clocks.rfc3339(NOW)}
-    world.routes.upsert(route)
+    world.edit(api.ROUTES, "r", metadata={"creationTimestamp": clocks.rfc3339(NOW)})
     world.clock.advance(0.5)
 
 
 def unreconciled(world: World, policy: str) -> None:
     """Takes ``policy``'s status away: never reconciled."""
-    was = dict(world.policies.get(objects.make_key(NS, policy)) or {})
-    world.policies.upsert({k: v for k, v in was.items() if k != "status"})
+    was = world.api.stored(api.POLICIES, NS, policy)
+    assert was is not None
+    world.api.put(api.POLICIES, {k: v for k, v in was.items() if k != "status"})
 
 
 @pytest.mark.parametrize("arriving", ["backend", "policy", "Ready", "derived Secret"])
@@ -435,13 +428,13 @@ def test_a_new_route_waits_for_what_is_on_its_way_then_writes_once(
     """Mutation caught: no settle time (the route is written without the backend, then again
     with it: two config Secrets, two statuses)."""
     world.chain("b", {"apiKey": b"sk-1"})  # then taken apart down to what is arriving
-    world.managed.delete(objects.make_key(NS, api.derived_secret_name("p-b")))
+    world.api.remove(objects.SECRETS, NS, api.derived_secret_name("p-b"))
     if arriving == "Ready":
         unreconciled(world, "p-b")
     if arriving in ("backend", "policy"):
-        world.policies.delete(objects.make_key(NS, "p-b"))
+        world.api.remove(api.POLICIES, NS, "p-b")
     if arriving == "backend":
-        world.backends.delete(objects.make_key(NS, "b"))
+        world.api.remove(api.BACKENDS, NS, "b")
     new_route(world, "b")
     result = world.reconciler.reconcile(Request(NS, "r"))
     assert world.api.writes == []
@@ -450,8 +443,8 @@ def test_a_new_route_waits_for_what_is_on_its_way_then_writes_once(
     world.chain("b", {"apiKey": b"sk-1"})  # it arrives
     world.reconcile()
     assert world.served() == {"b": {"apiKey": "sk-1"}}
-    assert len(world.api.statuses()) == 1
-    assert len(world.api.secrets()) == 1
+    assert len(world.statuses()) == 1
+    assert len(world.secrets()) == 1
 
 
 def test_a_new_route_writes_what_is_missing_once_the_settle_time_is_up(world: World) -> None:
@@ -466,9 +459,8 @@ def test_a_new_route_writes_what_is_missing_once_the_settle_time_is_up(world: Wo
 def test_a_new_route_with_a_verdict_does_not_wait(world: World) -> None:
     """A policy that said not Ready, a conflict: nothing more is on its way."""
     world.chain("b", {"apiKey": b"sk-1"})
-    policy = dict(world.policies.get(objects.make_key(NS, "p-b")) or {})
     not_ready = {"conditions": [{"type": "Ready", "status": "False", "message": "no"}]}
-    world.policies.upsert({**policy, "status": not_ready})
+    world.edit(api.POLICIES, "p-b", status=not_ready)
     new_route(world, "b")
     world.reconcile()
     assert reason(world, "ResolvedRefs") == ("False", "PolicyNotReady")
@@ -479,31 +471,38 @@ def test_a_route_written_before_does_not_wait(world: World) -> None:
     world.chain("b", {"apiKey": b"sk-1"})
     new_route(world, "b")
     world.reconcile()
-    assert len(world.api.statuses()) == 1
-    world.backends.delete(objects.make_key(NS, "b"))
+    assert len(world.statuses()) == 1
+    world.api.remove(api.BACKENDS, NS, "b")
     world.reconcile()
     assert reason(world, "ResolvedRefs") == ("False", "BackendNotFound")
 
 
 def test_a_change_undone_before_the_cache_caught_up_is_still_written(world: World) -> None:
     """The config Secret is compared with rotator's own last write while the cache still holds
-    the version that write was based on. Mutation caught: comparing with the cache alone (the
-    third reconcile then finds the cache — still the first config — equal to what it wants,
-    writes nothing, and the server keeps the second config for good: its echo is skipped)."""
+    the version that write was based on. That write is then sent from the cache's version, which
+    the server refuses (Conflict: a retry once the cache caught up writes it). Mutation caught:
+    comparing with the cache alone (the third reconcile then finds the cache — still the first
+    config — equal to what it wants, sends nothing, and the server keeps the second config for
+    good: its echo is skipped)."""
     world.chain("a", {"apiKey": b"sk-1"})
     world.route("a")
     world.reconcile()  # config 1, and the informer brings it back
-    key = objects.make_key(NS, api.route_config_secret_name("r"))
-    cached = dict(world.managed.get(key) or {})
-    world.managed.upsert({**cached, "metadata": {**cached["metadata"], "resourceVersion": "7"}})
 
     world.chain("a", {"apiKey": b"sk-2"})
     world.reconciler.reconcile(Request(NS, "r"))  # config 2 written; its event not back yet
     assert world.served() == {"a": {"apiKey": "sk-2"}}
     world.chain("a", {"apiKey": b"sk-1"})  # undone at once
-    world.reconciler.reconcile(Request(NS, "r"))
+    with pytest.raises(api_errors.Conflict):
+        world.reconciler.reconcile(Request(NS, "r"))
+    (refused, _), *_ = world.api.refused
+    assert (refused.verb, refused.resource) == (memapi.Verb.PATCH, objects.SECRETS), "sent"
+    world.api.sync()  # the informer catches up (config 2, the echo)
+    world.reconcile()  # the retry
     assert world.served() == {"a": {"apiKey": "sk-1"}}, "the server must not keep config 2"
-    assert len(world.api.secrets()) == 3
+    assert len(world.secrets()) == 3
+    stored = world.api.stored(objects.SECRETS, NS, api.route_config_secret_name("r"))
+    assert stored is not None
+    assert stored["data"] == world.secrets()[-1]["data"]
 
 
 def test_a_failed_write_is_not_taken_for_what_the_server_holds(world: World) -> None:
@@ -514,9 +513,8 @@ def test_a_failed_write_is_not_taken_for_what_the_server_holds(world: World) -> 
     world.route("a")
     world.reconcile()
     world.chain("a", {"apiKey": b"sk-2"})
-    world.api.refuse = api_errors.Conflict("the object has been modified")
+    world.api.fail(api_errors.Conflict("the object has been modified"), resource=objects.SECRETS)
     with pytest.raises(api_errors.Conflict):
         world.reconciler.reconcile(Request(NS, "r"))
-    world.api.refuse = None
     world.reconcile()
     assert world.served() == {"a": {"apiKey": "sk-2"}}

@@ -5,7 +5,9 @@ policy ``type``, built in the composition root.
 A source names the Secrets a policy references (for the Secret → policy index and for
 resolution), says whether it *copies* the credential (re-derived from those Secrets on every
 reconcile) or *mints* one (:meth:`~CredentialSource.calls_provider`: a provider call, made only
-when needed), obtains it (:meth:`~CredentialSource.obtain`), says when it is next due, and gives
+when needed), obtains it (:meth:`~CredentialSource.obtain`), says when it is next due, whether
+a spec wears the controller's own identity (:meth:`~CredentialSource.uses_controller_identity`:
+the reconciler, not the source, then holds it to ``--controller-identity-namespaces``), and gives
 back external resources when the policy goes. Adding a credential type is adding a
 source here and a provider in ``rotator.providers``; the reconciler does not change.
 
@@ -24,13 +26,13 @@ from rotator.credentials import Credential
 
 
 class SecretNotFound(errors.InvalidInput):
-    reason = "SecretNotFound"
+    reason = api.REASON_SECRET_NOT_FOUND
 
 
 class UnsupportedSource(errors.InvalidInput):
     """The spec is valid but this build of rotator cannot obtain a credential from that source."""
 
-    reason = "UnsupportedCredentialSource"
+    reason = api.REASON_UNSUPPORTED_CREDENTIAL_SOURCE
 
 
 CONTROLLER_IDENTITY_FLAG = "--controller-identity-namespaces"
@@ -40,7 +42,7 @@ class ControllerIdentityNotAllowed(errors.InvalidInput):
     """A policy asks for the controller's own cloud identity (``controllerIdentity``) in a
     namespace the operator did not list in ``--controller-identity-namespaces``."""
 
-    reason = "ControllerIdentityNotAllowed"
+    reason = api.REASON_CONTROLLER_IDENTITY_NOT_ALLOWED
 
 
 def parse_controller_identity_namespaces(text: str) -> frozenset[str]:
@@ -48,14 +50,18 @@ def parse_controller_identity_namespaces(text: str) -> frozenset[str]:
     return frozenset(part.strip() for part in text.split(",") if part.strip())
 
 
-def check_controller_identity(allowed: Collection[str], namespace: str) -> None:
-    """Raises :class:`ControllerIdentityNotAllowed` unless policies of ``namespace`` may use the
-    controller's own identity. Tenancy: that identity belongs to the controller, not to whoever
-    may write a policy; the operator hands it to namespaces one by one (``*``: all, explicitly),
-    and by default to none. Checked before any provider call."""
+def controller_identity_refusal(
+    allowed: Collection[str], namespace: str
+) -> ControllerIdentityNotAllowed | None:
+    """Why policies of ``namespace`` may not use the controller's own identity, or None when
+    they may. Tenancy: that identity belongs to the controller, not to whoever may write a
+    policy; the operator hands it to namespaces one by one (``*``: all, explicitly), and by
+    default to none. The policy reconciler asks this for every source alike, before any
+    provider call, and of a served credential too: a namespace taken off the list is refused at
+    once, not at its next renewal."""
     if "*" in allowed or namespace in allowed:
-        return
-    raise ControllerIdentityNotAllowed(
+        return None
+    return ControllerIdentityNotAllowed(
         f"policies in namespace {namespace} may not use the controller's own identity: "
         f"the controller's {CONTROLLER_IDENTITY_FLAG} flag does not list {namespace}"
     )
@@ -121,6 +127,12 @@ class CredentialSource:
         return []
 
     def calls_provider(self, spec: api.PolicySpec) -> bool:
+        return False
+
+    def uses_controller_identity(self, spec: api.PolicySpec) -> bool:
+        """Whether ``spec`` mints with the controller's own cloud identity
+        (``controllerIdentity``): the reconciler allows it only in the namespaces of
+        ``--controller-identity-namespaces``, so a source never checks that itself."""
         return False
 
     def obtain(self, ctx: SourceContext) -> Credential:

@@ -6,7 +6,8 @@ controller's identity (botocore's default chain) — and an STS ``AssumeRole`` s
 chained session is what is served, with the earlier of the two expiries
 (``rotator.providers.aws.sts``). ``controllerIdentity`` is only ever a base (the CRD requires
 ``assumeRole`` with it): the controller's own keys, long-lived ones included, are never served,
-and only the namespaces the operator lists may use it (``check_controller_identity``).
+and only the namespaces the operator lists may use it (the policy reconciler holds it to
+``--controller-identity-namespaces``: :meth:`uses_controller_identity`).
 
 ``iamAccessKey`` cannot be chained (the CRD refuses it): its rotation keeps the served key's id
 in the derived Secret, where a chained session would have to take its place, and the next
@@ -17,16 +18,13 @@ holding that user's key instead.
 
 from __future__ import annotations
 
-from collections.abc import Collection
 from typing import TYPE_CHECKING
 
 from controllers.reconcilers import api
 from controllers.reconcilers.credentialsources import (
-    ControllerIdentityNotAllowed,
     CredentialSource,
     SourceContext,
     UnsupportedSource,
-    check_controller_identity,
     oidc_client,
 )
 from controllers.reconcilers.credentialsources.lazy import Lazy
@@ -65,14 +63,12 @@ class AWSCredentialsSource(CredentialSource):
         service_accounts: ServiceAccountTokens,
         iam_grace: float = 300.0,
         identity: ControllerIdentity | Lazy[ControllerIdentity] | None = None,
-        identity_namespaces: Collection[str] = frozenset(),
     ) -> None:
         self._clients = Lazy.of(clients)
         self._tokens = tokens
         self._service_accounts = service_accounts
         self._iam_grace = iam_grace
         self._identity = Lazy.of(identity) if identity is not None else Lazy(self._own_identity)
-        self._identity_namespaces = identity_namespaces  # --controller-identity-namespaces
 
     def _own_identity(self) -> ControllerIdentity:
         """botocore's default chain over the policies' clients (built on its first use)."""
@@ -96,6 +92,9 @@ class AWSCredentialsSource(CredentialSource):
     def calls_provider(self, spec: api.PolicySpec) -> bool:
         aws = spec.get("awsCredentials")
         return aws is not None and ("credentialsFile" not in aws or "assumeRole" in aws)
+
+    def uses_controller_identity(self, spec: api.PolicySpec) -> bool:
+        return "controllerIdentity" in spec.get("awsCredentials", {})
 
     def obtain(self, ctx: SourceContext) -> Credential:
         aws = ctx.policy["spec"]["awsCredentials"]
@@ -133,7 +132,6 @@ class AWSCredentialsSource(CredentialSource):
         """The session the policy's source gives: served as it is, or the base of a chain."""
         region = aws["region"]
         if "controllerIdentity" in aws:
-            check_controller_identity(self._identity_namespaces, ctx.namespace)  # before calls
             if "assumeRole" not in aws:  # refused by the CRD: never serve the controller's keys
                 raise UnsupportedSource(f"{CONTROLLER_IDENTITY_FIELD} needs assumeRole")
             return self._identity.get().session()
@@ -160,21 +158,10 @@ class AWSCredentialsSource(CredentialSource):
 
     def due_at(self, ctx: SourceContext) -> float | None:
         aws = ctx.policy["spec"].get("awsCredentials", {})
-        if "controllerIdentity" in aws and not self._identity_allowed(ctx.namespace):
-            # No longer allowed (the flag changed): refused at once, not at the next renewal;
-            # the session already served lives out its lifetime, never renewed.
-            return ctx.now
         if "iamAccessKey" not in aws:
             return super().due_at(ctx)
         times = [self._interval_due(ctx), iam.retire_due(ctx.current)]
         return min((t for t in times if t is not None), default=None)
-
-    def _identity_allowed(self, namespace: str) -> bool:
-        try:
-            check_controller_identity(self._identity_namespaces, namespace)
-        except ControllerIdentityNotAllowed:
-            return False
-        return True
 
     def finalizer(self, spec: api.PolicySpec) -> str | None:
         return api.FINALIZER_IAM_KEY if "iamAccessKey" in spec.get("awsCredentials", {}) else None

@@ -1,17 +1,16 @@
 """Azure: Entra ID access tokens from a client secret, a federated client assertion, or the
 controller's own identity (workload or managed identity; only in the namespaces the operator
-lists, :func:`~controllers.reconcilers.credentialsources.check_controller_identity`)."""
+lists, which the policy reconciler holds to
+``--controller-identity-namespaces``: :meth:`uses_controller_identity`)."""
 
 from __future__ import annotations
 
-from collections.abc import Collection
 from typing import TYPE_CHECKING
 
 from controllers.reconcilers import api
 from controllers.reconcilers.credentialsources import (
     CredentialSource,
     SourceContext,
-    check_controller_identity,
     oidc_client,
 )
 from controllers.reconcilers.credentialsources.lazy import Lazy
@@ -43,12 +42,10 @@ class AzureCredentialsSource(CredentialSource):
         azure: Azure | Lazy[Azure],
         tokens: oidc.TokenSource,
         service_accounts: ServiceAccountTokens,
-        controller_identity_namespaces: Collection[str] = frozenset(),
     ) -> None:
         self._azure = Lazy.of(azure)
         self._tokens = tokens
         self._service_accounts = service_accounts
-        self._controller_identity_namespaces = controller_identity_namespaces
 
     def secret_refs(self, spec: api.PolicySpec) -> list[api.SecretRef]:
         azure = spec.get("azureCredentials")
@@ -64,11 +61,13 @@ class AzureCredentialsSource(CredentialSource):
     def calls_provider(self, spec: api.PolicySpec) -> bool:
         return "azureCredentials" in spec
 
+    def uses_controller_identity(self, spec: api.PolicySpec) -> bool:
+        return "controllerIdentity" in spec.get("azureCredentials", {})
+
     def obtain(self, ctx: SourceContext) -> Credential:
         azure = ctx.policy["spec"]["azureCredentials"]
         scope = azure["scope"]
         if "controllerIdentity" in azure:
-            check_controller_identity(self._controller_identity_namespaces, ctx.namespace)
             return self._azure.get().controller_identity(
                 client_id=azure["controllerIdentity"].get("clientID"), scope=scope
             )

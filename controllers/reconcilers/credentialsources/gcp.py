@@ -1,17 +1,16 @@
 """GCP: access tokens from workload identity federation, a service-account key, or the
 controller's own Application Default Credentials (only in the namespaces the operator lists,
-:func:`~controllers.reconcilers.credentialsources.check_controller_identity`)."""
+which the policy reconciler holds to
+``--controller-identity-namespaces``: :meth:`uses_controller_identity`)."""
 
 from __future__ import annotations
 
-from collections.abc import Collection
 from typing import TYPE_CHECKING
 
 from controllers.reconcilers import api
 from controllers.reconcilers.credentialsources import (
     CredentialSource,
     SourceContext,
-    check_controller_identity,
     oidc_client,
 )
 from controllers.reconcilers.credentialsources.lazy import Lazy
@@ -61,7 +60,6 @@ class GCPCredentialsSource(CredentialSource):
         tokens: oidc.TokenSource,
         service_accounts: ServiceAccountTokens,
         application_default: ApplicationDefault | Lazy[ApplicationDefault] | None = None,
-        controller_identity_namespaces: Collection[str] = frozenset(),
     ) -> None:
         self._transport = Lazy.of(transport)
         self._endpoints = endpoints
@@ -72,7 +70,6 @@ class GCPCredentialsSource(CredentialSource):
             if application_default is not None
             else Lazy(self._own_application_default)
         )
-        self._controller_identity_namespaces = controller_identity_namespaces
 
     def _own_application_default(self) -> ApplicationDefault:
         from rotator.providers.gcp.adc import ApplicationDefault  # noqa: PLC0415 - on first use
@@ -94,10 +91,12 @@ class GCPCredentialsSource(CredentialSource):
     def calls_provider(self, spec: api.PolicySpec) -> bool:
         return "gcpCredentials" in spec
 
+    def uses_controller_identity(self, spec: api.PolicySpec) -> bool:
+        return "controllerIdentity" in spec.get("gcpCredentials", {})
+
     def obtain(self, ctx: SourceContext) -> Credential:
         gcp = ctx.policy["spec"]["gcpCredentials"]
         if "controllerIdentity" in gcp:
-            check_controller_identity(self._controller_identity_namespaces, ctx.namespace)
             from rotator.providers.gcp import adc  # noqa: PLC0415 - google-auth, on first use
 
             return adc.mint(

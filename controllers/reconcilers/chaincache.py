@@ -1,0 +1,53 @@
+"""The chain's informers, one per view of the cluster, and the indexes the wiring looks up.
+
+Made once in the composition root (``setup``) and shared by every controller's wiring: two
+controllers watching one kind share its informer, and each object is cached once per view.
+What each view keeps is docs/design.md §3 (``secretviews``, ``crviews``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from controllers.reconcilers import api, crviews, indexes, secretviews
+from controllers.reconcilers.credentialsources import CredentialSource
+from controllers.runtime import objects
+from controllers.runtime.cache import Cache
+from controllers.runtime.informer import Informer
+
+
+@dataclass(frozen=True)
+class ChainCache:
+    all_secrets: Informer
+    """Every Secret, metadata only: which exist, at which resourceVersion."""
+    managed: Informer
+    """Secrets labelled ``app.kubernetes.io/managed-by=rotator``: derived and route config."""
+    policies: Informer
+    """BackendSecurityPolicies, indexed ``policy-by-secret`` and ``policy-by-backend``."""
+    backends: Informer
+    routes: Informer
+    """Routes, indexed ``route-by-backend``."""
+
+
+def chain_cache(cache: Cache, by_type: Mapping[str, CredentialSource]) -> ChainCache:
+    """The informers of ``cache`` the chain reads, with their indexes (``by_type``'s sources
+    name the Secrets a policy references)."""
+    chain = ChainCache(
+        all_secrets=cache.informer(
+            objects.SECRETS, metadata_only=True, transform=secretviews.identity_only
+        ),
+        managed=cache.informer(
+            objects.SECRETS,
+            label_selector=api.MANAGED_SELECTOR,
+            transform=secretviews.managed,
+            page_size=secretviews.MANAGED_PAGE_SIZE,
+        ),
+        policies=cache.informer(api.POLICIES, transform=crviews.policy),
+        backends=cache.informer(api.BACKENDS, transform=crviews.backend),
+        routes=cache.informer(api.ROUTES, transform=crviews.route),
+    )
+    chain.policies.add_index(indexes.POLICY_BY_SECRET, indexes.policy_secrets(by_type))
+    chain.policies.add_index(indexes.POLICY_BY_BACKEND, indexes.policy_backends)
+    chain.routes.add_index(indexes.ROUTE_BY_BACKEND, indexes.route_backends)
+    return chain
