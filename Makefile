@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml devkit/pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11+ is needed")'
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]' -e ./devkit
+	$(BIN)/python -m pip install --quiet -e '.[test]' -e './devkit[gateway]'
 	@touch $@
 
 venv: $(STAMP)

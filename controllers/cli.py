@@ -411,7 +411,7 @@ def _dev(args: argparse.Namespace) -> int:
 
         def attach(mgr: manager.Manager) -> None:
             informer = mgr.cache.informer(api.POLICIES)
-            live.append(table.LiveTable(informer.store, sys.stdout))
+            live.append(table.LiveTable(informer.store, sys.stdout, gateways=env.gateway_rows))
             informer.add_handler(live[0])
             live[0].start()
 

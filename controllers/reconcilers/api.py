@@ -93,6 +93,14 @@ REASON_CONFIG_TOO_LARGE = "ConfigTooLarge"
 stays in place, stale."""
 REASON_CONFIG_REJECTED = "ConfigRejected"
 """Route ``Programmed=False``: the API server refused the configuration Secret as invalid."""
+TRANSLATED = "Translated"
+"""Route condition, on Routes whose ``spec.output.format`` is ``LiteLLM``: does the configuration
+hold every rule, match and backend of the spec? False (:data:`REASON_NOT_EXPRESSIBLE`) names each
+rule and backend LiteLLM cannot express, and what (controllers/reconcilers/litellmconfig.py)."""
+REASON_NOT_EXPRESSIBLE = "NotExpressible"
+"""Route ``Translated=False``: part of the spec is left out of a LiteLLM configuration."""
+REASON_TRANSLATED = "Translated"
+"""Route ``Translated=True``: the LiteLLM configuration holds the whole spec."""
 ROLLOUT_RESTARTED = "RolloutRestarted"
 """Route condition, on Routes with ``spec.rolloutRestartTargets``: were the targets rolled out
 for the configuration in the config Secret (controllers/reconcilers/restarts.py)?"""
@@ -143,7 +151,7 @@ REASON_CONTROLLER_IDENTITY_NOT_ALLOWED = "ControllerIdentityNotAllowed"
 """Policy ``Ready=False``, and a Warning Event: the policy asks for the controller's own cloud
 identity (``controllerIdentity``) in a namespace the controller's
 ``--controller-identity-namespaces`` does not list; no provider is called
-(``credentialsources.check_controller_identity``)."""
+(``credentialsources.controller_identity_refusal``)."""
 REASON_ASSUME_ROLE_FAILED = "AssumeRoleFailed"
 """Policy ``Ready=False`` (or ``RotationFailed``'s message): the ``assumeRole`` link of an AWS
 role chain failed — the message says ``assumeRole <role ARN>: …`` and the provider's code. A
@@ -151,6 +159,53 @@ failure of the chain's base keeps the base's reasons (``rotator.providers.aws.st
 REASON_CONTROLLER_IDENTITY_NOT_FOUND = "ControllerIdentityNotFound"
 """Policy ``Ready=False``: botocore's default credential chain found no credentials in the
 controller's environment (``rotator.providers.aws.identity``)."""
+
+# --- the policy reconciler's own condition and Event reasons (controllers/reconcilers/policy) ---
+REASON_ACCEPTED = "Accepted"
+"""``Accepted=True`` of every object whose spec rotator can act on (``conditions.accepted``)."""
+REASON_CREDENTIALS_READY = "CredentialsReady"
+"""Policy ``Ready=True``: the credentials are in the derived Secret (and until when)."""
+REASON_ROTATION_FAILED = "RotationFailed"
+"""Policy ``Ready=True`` while the served credentials are still valid and the last refresh
+failed (the message says why, and when it is retried); also the Warning Event of the first such
+failure, and the reason of a failure whose error names no reason of its own."""
+REASON_EXPIRED = "Expired"
+"""Policy ``Ready=False``: the served credentials expired while every refresh failed."""
+REASON_CREDENTIALS_ROTATED = "CredentialsRotated"
+"""Policy Normal Event: new credentials replaced the served ones in the derived Secret."""
+REASON_FORBIDDEN = "Forbidden"
+"""Policy ``Ready=False``: the controller's RBAC does not let it write the derived Secret."""
+REASON_RELEASE_FAILED = "ReleaseFailed"
+"""Policy ``Ready=False`` while being deleted: its external credentials (an IAM key) could not
+be given back; the finalizer stays until they are, or :data:`SKIP_RELEASE_ANNOTATION`."""
+REASON_RELEASE_SKIPPED = "ReleaseSkipped"
+"""Policy Warning Event: deleted with :data:`SKIP_RELEASE_ANNOTATION`, its external credentials
+were not given back."""
+REASON_SECRET_NOT_FOUND = "SecretNotFound"  # noqa: S105 - a reason, not a password
+"""Policy ``Ready=False``: a Secret the spec references does not exist in its namespace."""
+REASON_UNSUPPORTED_CREDENTIAL_SOURCE = "UnsupportedCredentialSource"
+"""Policy ``Accepted=False`` and ``Ready=False``: the spec is valid, but this build of rotator
+cannot obtain a credential from that source."""
+# --- end of the policy reconciler's reasons ---------------------------------------------------
+
+# --- the backend and route reconcilers' condition reasons (backend.py, route.py) -------------
+REASON_RESOLVED_REFS = "ResolvedRefs"
+"""Backend ``ResolvedRefs=True``: exactly one policy targets it and it is Ready. Route
+``ResolvedRefs=True``: every backend and its credentials resolved."""
+REASON_NO_POLICY = "NoPolicy"
+"""Backend ``ResolvedRefs=True``: no policy targets it; it is called without credentials."""
+REASON_POLICY_CONFLICT = "PolicyConflict"
+"""Backend (and Route) ``ResolvedRefs=False``: two or more policies target the backend."""
+REASON_POLICY_NOT_READY = "PolicyNotReady"
+"""Backend (and Route) ``ResolvedRefs=False``: the backend's policy is not Ready (for a Route
+also: its derived Secret is not written yet)."""
+REASON_BACKEND_NOT_FOUND = "BackendNotFound"
+"""Route ``ResolvedRefs=False``: a referenced ServiceBackend does not exist or is being deleted."""
+REASON_CREDENTIALS_EXPIRED = "CredentialsExpired"
+"""Route ``ResolvedRefs=False``: a backend's credentials have expired; it is left out."""
+REASON_PROGRAMMED = "Programmed"
+"""Route ``Programmed=True``: the configuration is in its config Secret."""
+# --- end of the backend and route reasons (restarts.py's are above: REASON_RESTARTED …) -------
 
 ALLOWED_POLICIES_ANNOTATION = "rotator.dev/allowed-policies"
 """On a ServiceAccount: the policies of its namespace that may mint tokens for it — a
@@ -464,9 +519,20 @@ class RolloutRestartTarget(TypedDict):
     name: str
 
 
+OutputFormat = Literal["rotator.dev/v1alpha1", "LiteLLM"]
+DEFAULT_OUTPUT_FORMAT: OutputFormat = "rotator.dev/v1alpha1"
+"""``spec.output.format`` when absent: rotator's own format (routeconfig.py), so Routes written
+before the field existed keep their configuration's bytes and hash."""
+
+
+class OutputSpec(TypedDict, total=False):
+    format: OutputFormat
+
+
 class RouteSpec(TypedDict):
     rules: list[Rule]
     rolloutRestartTargets: NotRequired[list[RolloutRestartTarget]]
+    output: NotRequired[OutputSpec]
 
 
 class RolloutRestartStatus(TypedDict):

@@ -26,13 +26,20 @@ from typing import cast
 
 import structlog
 
-from controllers.reconcilers import api, conditions, echoes, routeconfig, secretviews, status
+from controllers.reconcilers import (
+    api,
+    conditions,
+    echoes,
+    litellmconfig,
+    routeconfig,
+    secretviews,
+    status,
+)
 from controllers.reconcilers.backend import policies_for, settling
 from controllers.reconcilers.conditions import false, true
 from controllers.reconcilers.derived import owner_reference
 from controllers.reconcilers.restarts import RolloutRestarts
-from controllers.runtime import apply, events, objects
-from controllers.runtime import client as clients
+from controllers.runtime import apiclient, apply, eventsink, objects
 from controllers.runtime import clock as clocks
 from controllers.runtime import errors as api_errors
 from controllers.runtime.objects import Body
@@ -52,12 +59,12 @@ class RouteReconciler:
     def __init__(
         self,
         *,
-        api_client: clients.Client,
+        api_client: apiclient.ApiClient,
         routes: Store,
         backends: Store,
         policies: Store,
         managed_secrets: Store,
-        recorder: events.EventRecorder,
+        recorder: eventsink.EventSink,
         own_writes: echoes.OwnWrites,
         clock: clocks.Clock,
         restarts: RolloutRestarts | None = None,
@@ -98,12 +105,15 @@ class RouteReconciler:
                     continue
                 if expiry is not None:
                     expiries.append(expiry)
-        inputs = routeconfig.inputs_digest(route, resolved)
+        litellm = _output_format(route) == litellmconfig.FORMAT
+        digest_of = litellmconfig.inputs_digest if litellm else routeconfig.inputs_digest
+        inputs = digest_of(route, resolved)
         in_place = self._up_to_date(route, inputs)
         if in_place is not None:  # written from these very inputs: nothing to render
             programmed = _programmed(route)
         else:
-            text = routeconfig.render(route, resolved)
+            render = litellmconfig.render if litellm else routeconfig.render
+            text = render(route, resolved)
             programmed = self._program(route, text, inputs)
             in_place = routeconfig.config_hash(text) if programmed.status == "True" else None
         # spec.rolloutRestartTargets: rolled out once the configuration is in place (restarts.py)
@@ -115,14 +125,15 @@ class RouteReconciler:
             api.ROUTES,
             fields=rollout.fields,
             updates=[
-                true(api.ACCEPTED, "Accepted", "the spec is valid"),
+                conditions.accepted(),
                 _resolved_refs(problems),
                 programmed,
                 *rollout.updates,
+                *([_translated(route, resolved)] if litellm else []),
             ],
             now=now,
-            event_types=(api.RESOLVED_REFS, api.PROGRAMMED),
-            drop=rollout.drop,
+            event_types=(api.RESOLVED_REFS, api.PROGRAMMED, api.TRANSLATED),
+            drop=[*rollout.drop, *([] if litellm else [api.TRANSLATED])],
         )
         # counted from the clock as the reconcile ends: the queue counts the delay from the return
         waits = [max(0.0, min(expiries) - self._clock.now()) + 0.001] if expiries else []
@@ -210,23 +221,28 @@ class RouteReconciler:
         key = objects.make_key(namespace, name)
         backend = self._backends.get(key)
         if backend is None or objects.is_being_deleted(backend):
-            raise Unresolved("BackendNotFound", f"ServiceBackend {name} not found")
+            raise Unresolved(api.REASON_BACKEND_NOT_FOUND, f"ServiceBackend {name} not found")
         spec = cast(api.BackendSpec, backend["spec"])
         policies = policies_for(self._policies, key)
         if not policies:
             return routeconfig.ResolvedBackend(name, spec, None), None
         if len(policies) > 1:
             raise Unresolved(
-                "PolicyConflict", f"ServiceBackend {name} is targeted by several policies"
+                api.REASON_POLICY_CONFLICT,
+                f"ServiceBackend {name} is targeted by several policies",
             )
         policy = policies[0]
         policy_name = objects.name(policy)
         if not conditions.is_true(policy, api.READY):
-            raise Unresolved("PolicyNotReady", f"BackendSecurityPolicy {policy_name} is not ready")
+            raise Unresolved(
+                api.REASON_POLICY_NOT_READY, f"BackendSecurityPolicy {policy_name} is not ready"
+            )
         secret_name = api.derived_secret_name(policy_name)
         secret = self._managed.get(objects.make_key(namespace, secret_name))
         if secret is None:
-            raise Unresolved("PolicyNotReady", f"credentials of {policy_name} not written yet")
+            raise Unresolved(
+                api.REASON_POLICY_NOT_READY, f"credentials of {policy_name} not written yet"
+            )
         where = (
             f"ServiceBackend {name}: Secret {secret_name} of BackendSecurityPolicy {policy_name}"
         )
@@ -240,7 +256,8 @@ class RouteReconciler:
             ) from None
         if expiry is not None and expiry <= now:
             raise Unresolved(
-                "CredentialsExpired", f"credentials of {policy_name} expired at {expires}"
+                api.REASON_CREDENTIALS_EXPIRED,
+                f"credentials of {policy_name} expired at {expires}",
             )
         try:
             data = routeconfig.credentials_text(secret.get("data") or {})
@@ -303,9 +320,28 @@ def _config_metadata(route: api.Route, digest: str, record: str | None) -> Body:
     }
 
 
+def _output_format(route: api.Route) -> str:
+    return str((route["spec"].get("output") or {}).get("format") or api.DEFAULT_OUTPUT_FORMAT)
+
+
+def _translated(
+    route: api.Route, resolved: dict[str, routeconfig.ResolvedBackend]
+) -> conditions.Cond:
+    """``Translated`` of a LiteLLM Route: what its configuration leaves out
+    (:func:`litellmconfig.build`; no YAML is written for it)."""
+    _, gaps = litellmconfig.build(route, resolved)
+    if not gaps:
+        return true(api.TRANSLATED, api.REASON_TRANSLATED, "LiteLLM expresses the whole spec")
+    return false(
+        api.TRANSLATED,
+        api.REASON_NOT_EXPRESSIBLE,
+        f"left out of the LiteLLM configuration: {_bounded([str(g) for g in gaps])}",
+    )
+
+
 def _programmed(route: api.Route) -> conditions.Cond:
     name = api.route_config_secret_name(objects.name(route))
-    return true(api.PROGRAMMED, "Programmed", f"configuration in Secret {name}")
+    return true(api.PROGRAMMED, api.REASON_PROGRAMMED, f"configuration in Secret {name}")
 
 
 def _record(inputs: str, data_digest: str, digest: str) -> str:
@@ -318,7 +354,11 @@ def _record(inputs: str, data_digest: str, digest: str) -> str:
 
 def _resolved_refs(problems: dict[str, Unresolved]) -> conditions.Cond:
     if not problems:
-        return true(api.RESOLVED_REFS, "ResolvedRefs", "every backend and its credentials resolved")
+        return true(
+            api.RESOLVED_REFS,
+            api.REASON_RESOLVED_REFS,
+            "every backend and its credentials resolved",
+        )
     names = sorted(problems)
     first = problems[names[0]]
     return false(

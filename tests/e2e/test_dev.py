@@ -1,11 +1,13 @@
 """`rotator dev` as a user runs it: everything comes up, every sample becomes Ready, a rotation
-shows in the live table, and Ctrl-C leaves no process and no temporary folder behind."""
+shows in the live table, the printed curl goes through the LiteLLM gateway (whose last success
+the table shows), and Ctrl-C leaves no process and no temporary folder behind."""
 
 from __future__ import annotations
 
 import os
 import re
 import signal
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -109,6 +111,26 @@ def test_rotator_dev_runs_every_sample_rotates_and_stops_clean(tmp_path: Path) -
             timeout=90,
             interval=0.5,
             what="a rotation in the table",
+        )
+        # the sample Route marked for a gateway: a LiteLLM proxy on loopback, and a curl through it
+        curl = wait_for(
+            lambda: (m := re.search(r"^  (curl .+)$", log.read_text(), re.M)) and m.group(1),
+            timeout=120,
+            interval=0.5,
+            what="the gateway's curl line",
+        )
+        answer = subprocess.run(
+            ["bash", "-c", curl], capture_output=True, text=True, timeout=60, check=False
+        )
+        assert answer.returncode == 0, answer.stderr
+        assert '"chat.completion"' in answer.stdout, answer.stdout[:500]
+        wait_for(
+            lambda: re.search(
+                r"^default/litellm\s+http://127\.0\.0\.1:\d+\s+\d\d:", log.read_text(), re.M
+            ),
+            timeout=120,
+            interval=0.5,
+            what="the gateway's last successful request in the table",
         )
         assert children_of(folder), "the control plane runs under the dev folder"
         proc.popen.send_signal(signal.SIGINT)

@@ -1,7 +1,8 @@
 """Everything ``rotator dev`` runs besides the controller: a local control plane, moto (AWS),
 the stand-ins (OIDC issuer, STS and IAM proxies that check signatures with what they issued,
 Google and Azure AD token services, an Azure IMDS and a GCE metadata server for the
-controller's own identity), the CRDs, and the samples — one chain per credential source, made
+controller's own identity), a LiteLLM proxy for each sample Route marked for it (gateways.py),
+the CRDs, and the samples — one chain per credential source, made
 runnable here by registering in the stand-ins what each sample names (its OIDC client, IAM user,
 pool and provider, Azure application, managed identity, service account to impersonate).
 
@@ -13,13 +14,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import sys
 from pathlib import Path
 from typing import Any
 
 from controllers.runtime import client as clients
 from controllers.runtime import errors, objects, restconfig
 from rotator_devkit.controlplane.cluster import SERVICE_ACCOUNT_ISSUER, LocalControlPlane
-from rotator_devkit.devenv import manifests
+from rotator_devkit.devenv import gateways, manifests
 from rotator_devkit.devenv.providers import AUDIENCE, CONTROLLER_ROLE, ProviderStandIns
 
 NAMESPACE = "default"
@@ -32,6 +34,7 @@ class DevEnvironment:
         self.lifetime = lifetime
         self.control_plane = LocalControlPlane(assets)
         self.standins: ProviderStandIns | None = None
+        self.gateways: gateways.DevGateways | None = None
         self._started: list[Any] = []
 
     def start(self) -> DevEnvironment:
@@ -46,7 +49,10 @@ class DevEnvironment:
             self._pod_identity_token.write_text(self.standins.pod_identity_token)
             manifests.install_crds(api, self.config)
             self._wait_for_default_service_account(api)
+            self.gateways = gateways.DevGateways(self._folder("gateways"), out=sys.stdout)
+            self._started.append(self.gateways)
             manifests.apply(api, self._samples(), namespace=NAMESPACE)
+            self.gateways.start(api)
         except BaseException:
             self.stop()
             raise
@@ -90,4 +96,10 @@ class DevEnvironment:
     def _samples(self) -> list[dict[str, Any]]:
         """config/samples, with what each names registered in the stand-ins."""
         assert self.standins is not None
-        return self.standins.register_documents(manifests.load(self.config / "samples"))
+        assert self.gateways is not None
+        docs = self.standins.register_documents(manifests.load(self.config / "samples"))
+        return self.gateways.prepare(docs, NAMESPACE)
+
+    def gateway_rows(self) -> list[tuple[str, str, float | None]]:
+        """The live table's gateway block (:meth:`gateways.DevGateways.rows`)."""
+        return self.gateways.rows() if self.gateways is not None else []

@@ -1,10 +1,11 @@
 """The live table ``rotator dev`` prints: every policy, its type, readiness, expiry, next renewal
-and last rotation — reprinted whenever one of them changes (read from the manager's cache)."""
+and last rotation — reprinted whenever one of them changes (read from the manager's cache) —
+and, below it, each gateway the dev kit runs with the last request its upstream answered."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
@@ -16,6 +17,10 @@ from controllers.runtime.objects import Body
 from controllers.runtime.store import Store
 
 COLUMNS = ("POLICY", "TYPE", "READY", "EXPIRES", "NEXT RENEWAL", "LAST ROTATION")
+GATEWAY_COLUMNS = ("ROUTE", "GATEWAY", "LAST SUCCESSFUL REQUEST")
+
+GatewayRows = Callable[[], list[tuple[str, str, float | None]]]
+"""(route, gateway URL, when the gateway's upstream last answered it) per gateway."""
 
 
 def _time(value: str | None, now: float) -> str:
@@ -42,12 +47,25 @@ def row(policy: Mapping[str, Any], now: float) -> tuple[str, ...]:
     )
 
 
-def render(policies: list[Body], now: float) -> str:
-    rows = [COLUMNS, *sorted(row(p, now) for p in policies)]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(COLUMNS))]
-    lines = [
+def _aligned(rows: list[tuple[str, ...]]) -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return [
         "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in rows
     ]
+
+
+def render(
+    policies: list[Body],
+    now: float,
+    gateways: list[tuple[str, str, float | None]] | None = None,
+) -> str:
+    lines = _aligned([COLUMNS, *sorted(row(p, now) for p in policies)])
+    if gateways:
+        at = [
+            (route, url, "-" if last is None else _time(clocks.rfc3339(last), now))
+            for route, url, last in gateways
+        ]
+        lines += ["", *_aligned([GATEWAY_COLUMNS, *at])]
     stamp = datetime.fromtimestamp(now, tz=UTC).strftime("%H:%M:%S")
     return f"\n── policies at {stamp} UTC " + "─" * 40 + "\n" + "\n".join(lines) + "\n"
 
@@ -55,7 +73,15 @@ def render(policies: list[Body], now: float) -> str:
 class LiveTable:
     """Reprints the table (at most once a second) after any policy changes."""
 
-    def __init__(self, store: Store, out: TextIO, *, clock: clocks.Clock | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        out: TextIO,
+        *,
+        clock: clocks.Clock | None = None,
+        gateways: GatewayRows | None = None,
+    ) -> None:
+        self._gateways = gateways
         self._store = store
         self._out = out
         self._clock = clock or clocks.RealClock()
@@ -85,5 +111,6 @@ class LiveTable:
         while self._changed.wait() and not self._stop.is_set():
             self._stop.wait(1.0)  # let a burst of changes settle into one table
             self._changed.clear()
-            self._out.write(render(self._store.items(), self._clock.now()))
+            gateways = self._gateways() if self._gateways is not None else None
+            self._out.write(render(self._store.items(), self._clock.now(), gateways))
             self._out.flush()

@@ -16,6 +16,7 @@ import json
 import secrets
 import ssl
 import threading
+import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
@@ -59,6 +60,7 @@ class AzureStandIn(Stub):
         self.trust = Trust()
         self.apps: dict[str, App] = {}
         self.tokens: set[str] = set()  # the access tokens it minted
+        self._expiries: dict[str, float] = {}  # token → when it expires (time.time())
         self._tokens_lock = threading.Lock()
 
     @property
@@ -94,6 +96,12 @@ class AzureStandIn(Stub):
     def was_issued(self, token: str) -> bool:
         with self._tokens_lock:
             return token in self.tokens
+
+    def expires_at(self, token: str) -> float | None:
+        """When a token it minted expires (epoch seconds); None for one it did not mint. What an
+        Azure OpenAI stand-in checks a bearer token against (``upstreams.AzureOpenAIStandIn``)."""
+        with self._tokens_lock:
+            return self._expiries.get(token)
 
     def issued_values(self) -> frozenset[str]:
         """Besides what it minted, the client secrets registered (tests set :attr:`apps`)."""
@@ -141,6 +149,7 @@ class AzureStandIn(Stub):
         token = "eyJ0eXAiOiJKV1Qi." + secrets.token_urlsafe(32)
         with self._tokens_lock:
             self.tokens.add(token)
+            self._expiries[token] = time.time() + self.lifetime
         self.remember(token)
         self._json(
             handler,

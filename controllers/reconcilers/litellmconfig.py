@@ -1,0 +1,231 @@
+"""The route configuration in LiteLLM proxy's own ``config.yaml`` form (``spec.output.format:
+LiteLLM``): a ``model_list`` its proxy loads as it is, rendered deterministically from the same
+inputs as :func:`routeconfig.render`.
+
+How LiteLLM 1.106 reads it (litellm/proxy/proxy_server.py, ``ProxyConfig.load_config``, and
+litellm/router.py; read, not guessed):
+
+- Once, at start. Nothing watches the file, and ``os.environ/NAME`` references in
+  ``litellm_params`` are resolved to their values as the file is loaded (``get_secret``), so
+  neither a changed file nor a changed environment reaches a running proxy (an admin API that
+  changes models exists only with a database, ``store_model_in_db``). A new credential therefore
+  needs new proxy processes: the Route names the proxy's Deployment in ``rolloutRestartTargets``
+  and rotator rolls it out (rolling, so some replica always serves). Credentials are inlined:
+  an environment reference would still be read once, and adds a second Secret to keep in step.
+- ``model_name`` is what clients ask for; ``litellm_params.model`` is ``<provider>/<model>``.
+  ``model_name: "*"`` with ``model: <provider>/*`` takes every model name (its wildcard routes).
+- Among the deployments of one ``model_name``, the lowest ``order`` is used and higher orders are
+  fallbacks on failure (``get_order_filtered_deployments``, order-based fallbacks); within one
+  order, ``simple-shuffle`` (the default strategy) picks by ``weight``.
+
+So a rule's ``modelName`` matches become model groups (a rule without matches, ``"*"``), a
+backend's ``priority`` its ``order`` (plus one: LiteLLM's orders start at 1), its ``weight`` its
+``weight``. A backend of weight 0 gets no traffic, and LiteLLM, where every weight of an order is
+0, would pick at random: it is left out, which is what weight 0 means. The first rule to name a
+model wins, as in rotator's own format; a later rule's same name is unreachable and left out.
+
+What LiteLLM cannot express is returned as :class:`Gap`\\ s and never silently dropped: the Route
+reports them (``Translated=False``, ``NotExpressible``). LiteLLM routes by model name only, so a
+``pathPrefix`` match cannot be rendered; nor can a credential its provider would send in another
+header than the one the policy asks for, nor (in this version) a GCP backend.
+"""
+
+from __future__ import annotations
+
+import configparser
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+import yaml
+
+from controllers.reconcilers import api, routeconfig
+
+FORMAT = "LiteLLM"
+"""``spec.output.format`` of a Route rendered by this module."""
+
+RENDER_REVISION = 1
+"""As :data:`routeconfig.RENDER_REVISION`, for this format."""
+
+WILDCARD = "*"
+
+_PROVIDERS = {
+    "OpenAI": "openai",
+    "AzureOpenAI": "azure",
+    "AWSBedrock": "bedrock",
+    "Anthropic": "anthropic",
+}
+"""ServiceBackend ``schema`` → LiteLLM provider prefix. The GCP schemas are absent: LiteLLM's
+``vertex_ai`` provider mints its own token (``vertex_credentials``), and rotator does not yet
+render a minted access token for it."""
+
+
+@dataclass(frozen=True)
+class Gap:
+    """Something of the Route that the LiteLLM configuration does not hold, and why. Never holds
+    a credential."""
+
+    rule: int
+    backend: str | None
+    what: str
+
+    def __str__(self) -> str:
+        where = f"rule {self.rule}" + (f" backend {self.backend}" if self.backend else "")
+        return f"{where}: {self.what}"
+
+
+def build(
+    route: api.Route, backends: Mapping[str, routeconfig.ResolvedBackend]
+) -> tuple[dict[str, Any], list[Gap]]:
+    """The configuration as data, and what it leaves out. Cheap (no YAML): the reconciler calls
+    it for the gaps alone when the configuration in place is up to date."""
+    md = route["metadata"]
+    prefix = f"{md.get('namespace', '')}/{md.get('name', '')}"
+    model_list: list[dict[str, Any]] = []
+    gaps: list[Gap] = []
+    taken: set[str] = set()
+    for index, rule in enumerate(route["spec"]["rules"]):
+        names: list[str] = []
+        for match in rule.get("matches") or []:
+            if "pathPrefix" in match:
+                gaps.append(
+                    Gap(
+                        index,
+                        None,
+                        f"pathPrefix {match['pathPrefix']}: LiteLLM routes by model "
+                        "name only; the match is left out",
+                    )
+                )
+            elif "modelName" in match:
+                names.append(match["modelName"])
+        if not rule.get("matches"):
+            names.append(WILDCARD)
+        for model in dict.fromkeys(names):
+            if model in taken:
+                continue  # an earlier rule takes this model name: unreachable here
+            taken.add(model)
+            for ref in rule["backendRefs"]:
+                backend = backends.get(ref["name"])
+                if backend is None or ref["weight"] == 0:
+                    continue  # unresolved (ResolvedRefs says so), or no share of traffic
+                params, problem = _params(backend, model)
+                if problem is not None:
+                    gaps.append(Gap(index, backend.name, problem))
+                    continue
+                params["weight"] = ref["weight"]
+                params["order"] = ref["priority"] + 1
+                model_list.append(
+                    {
+                        "model_name": model,
+                        "litellm_params": params,
+                        "model_info": {"id": f"{prefix}/{index}/{model}/{backend.name}"},
+                    }
+                )
+    config = {"model_list": model_list, "router_settings": {"routing_strategy": "simple-shuffle"}}
+    return config, _unique(gaps)
+
+
+def render(route: api.Route, backends: Mapping[str, routeconfig.ResolvedBackend]) -> str:
+    config, _ = build(route, backends)
+    return yaml.dump(config, Dumper=routeconfig.DUMPER, sort_keys=False, default_flow_style=False)
+
+
+def inputs_digest(route: api.Route, backends: Mapping[str, routeconfig.ResolvedBackend]) -> str:
+    """As :func:`routeconfig.inputs_digest`, with this format's name and revision in front, so
+    the two formats of the same inputs never hash alike."""
+    inner = routeconfig.inputs_digest(route, backends)
+    return hashlib.sha256(orjson.dumps([FORMAT, RENDER_REVISION, inner])).hexdigest()
+
+
+def _url(backend: routeconfig.ResolvedBackend, path: str = "") -> str:
+    endpoint = backend.spec["endpoint"]
+    tls = (endpoint.get("tls") or {}).get("enabled", True)
+    host = endpoint["host"]
+    if ":" in host:  # an IPv6 address
+        host = f"[{host}]"
+    return f"{'https' if tls else 'http'}://{host}:{endpoint['port']}{path}"
+
+
+def _params(backend: routeconfig.ResolvedBackend, model: str) -> tuple[dict[str, Any], str | None]:
+    """``litellm_params`` of one deployment, or why there can be none."""
+    schema = backend.spec["schema"]
+    provider = _PROVIDERS.get(schema)
+    if provider is None:
+        return {}, f"schema {schema}: not rendered for LiteLLM"
+    if "sni" in (backend.spec["endpoint"].get("tls") or {}):
+        return {}, "tls.sni: LiteLLM has no setting for the TLS server name"
+    params: dict[str, Any] = {"model": f"{provider}/{model}"}
+    if provider == "bedrock":
+        params["aws_bedrock_runtime_endpoint"] = _url(backend)
+    else:
+        params["api_base"] = _url(backend, "/v1" if provider == "openai" else "")
+    c = backend.credentials
+    if c is None:
+        return params, None
+    problem = _credentials(params, provider, c)
+    return (params, None) if problem is None else ({}, problem)
+
+
+_SENT_AS: dict[tuple[str, str, str | None], tuple[str, str]] = {
+    ("openai", "APIKey", "Authorization"): ("api_key", "apiKey"),
+    # the OpenAI client sends api_key as ``Authorization: Bearer``: an access token fits too
+    ("openai", "AzureCredentials", None): ("api_key", "azureAccessToken"),
+    ("openai", "GCPCredentials", None): ("api_key", "gcpAccessToken"),
+    ("azure", "AzureCredentials", None): ("azure_ad_token", "azureAccessToken"),
+    ("azure", "APIKey", "api-key"): ("api_key", "apiKey"),
+    ("anthropic", "APIKey", "x-api-key"): ("api_key", "apiKey"),
+}
+"""(provider, credential type, API key header) → (``litellm_params`` key, derived data key):
+every pairing whose wire form LiteLLM's provider sends as the policy asks. ``AWSCredentials``
+with ``bedrock`` is :func:`_aws`."""
+
+
+def _credentials(
+    params: dict[str, Any], provider: str, c: routeconfig.ResolvedCredentials
+) -> str | None:
+    """Puts ``c`` into ``params`` the way ``provider`` sends it; or says why it cannot. Messages
+    name types, headers and keys, never values."""
+    if (provider == "bedrock") != (c.type == "AWSCredentials"):
+        return f"credential type {c.type}: LiteLLM's {provider} provider cannot send it"
+    if provider == "bedrock":
+        return _aws(params, c)
+    header = (c.header or routeconfig.IMPLICIT_HEADER).name if c.type == "APIKey" else None
+    sent = _SENT_AS.get((provider, c.type, header))
+    if sent is None:
+        with_header = f" with header {header}" if header else ""
+        return (
+            f"credential type {c.type}{with_header}: LiteLLM's {provider} provider cannot send it"
+        )
+    params[sent[0]] = c.data.get(sent[1], "")
+    return None
+
+
+def _aws(params: dict[str, Any], c: routeconfig.ResolvedCredentials) -> str | None:
+    """The derived ``credentials`` file's ``[default]`` keys and region as LiteLLM's ``aws_*``
+    parameters (configparser, as botocore reads that file)."""
+    parser = configparser.ConfigParser(interpolation=None)
+    try:
+        parser.read_string(c.data.get("credentials", ""))
+    except configparser.Error:
+        return "credential type AWSCredentials: data.credentials is not an AWS credentials file"
+    section = parser["default"] if parser.has_section("default") else None
+    keys = ("aws_access_key_id", "aws_secret_access_key", "region")
+    if section is None or any(not section.get(k) for k in keys):
+        return (
+            "credential type AWSCredentials: data.credentials lacks a [default] profile with "
+            "aws_access_key_id, aws_secret_access_key and region"
+        )
+    params["aws_access_key_id"] = section["aws_access_key_id"].strip()
+    params["aws_secret_access_key"] = section["aws_secret_access_key"].strip()
+    if token := (section.get("aws_session_token") or "").strip():
+        params["aws_session_token"] = token
+    params["aws_region_name"] = section["region"].strip()
+    return None
+
+
+def _unique(gaps: list[Gap]) -> list[Gap]:
+    """One gap per rule, backend and problem (a backend named under several model names of a rule
+    fails the same way for each)."""
+    return list(dict.fromkeys(gaps))

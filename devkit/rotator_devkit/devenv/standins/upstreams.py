@@ -1,0 +1,221 @@
+"""Model API stand-ins that a gateway (LiteLLM's proxy) sends traffic to, each checking the
+credential the way the real API does, and recording every request with what it found:
+
+* :class:`OpenAIStandIn` — ``POST /v1/chat/completions``; ``Authorization: Bearer <key>`` must be
+  one of the keys it currently accepts (:meth:`OpenAIStandIn.accept`; a retired key is refused,
+  as OpenAI refuses a revoked one).
+* :class:`BedrockStandIn` — ``POST /model/{id}/converse`` (and ``/invoke``): the SigV4 signature,
+  the session token and the session's end are checked by :func:`aws.verify_received` against the
+  :class:`aws.Keyring` the STS proxy filled with what moto issued: the same check as the STS
+  proxy's own, not a second one.
+* :class:`AzureOpenAIStandIn` — ``POST /openai/deployments/{d}/chat/completions``: the bearer
+  token must be one the Azure AD stand-in minted and not yet expired
+  (:meth:`AzureStandIn.expires_at`); or an ``api-key`` it accepts.
+
+A :class:`Seen` record holds a verdict, never a credential's bytes: ``current`` (accepted),
+``expired`` (issued, past its end: the one thing a gateway must never send), ``unknown`` (never
+issued, or retired) or ``missing``. The clock is injected (``now``) so the verdicts follow the
+same time as the issuers'.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler
+from typing import Any
+
+from rotator_devkit.devenv.standins import aws
+from rotator_devkit.devenv.standins.azure import AzureStandIn
+from rotator_devkit.devenv.standins.httpstub import Stub
+
+CURRENT, EXPIRED, UNKNOWN, MISSING = "current", "expired", "unknown", "missing"
+
+
+@dataclass(frozen=True)
+class Seen:
+    """One request an upstream received: when, on which path, and what its credential was;
+    ``credential`` is a short label (the access key id of AWS keys, a counter for tokens), never
+    a secret."""
+
+    at: float
+    path: str
+    verdict: str
+    credential: str
+
+
+class ModelUpstream(Stub):
+    """A model API that records every request (:attr:`seen`) and answers only a current
+    credential, with a minimal response of its API's shape."""
+
+    def __init__(self, *, now: Callable[[], float] = time.time) -> None:
+        super().__init__()
+        self.now = now
+        self.seen: list[Seen] = []
+        self._seen_lock = threading.Lock()
+        self._labels: dict[str, str] = {}
+
+    def seen_snapshot(self) -> list[Seen]:
+        with self._seen_lock:
+            return list(self.seen)
+
+    def label(self, credential: str) -> str:
+        """A stable name for a credential (``#1``, ``#2``, … in order of first sight)."""
+        with self._seen_lock:
+            return self._labels.setdefault(credential, f"#{len(self._labels) + 1}")
+
+    def handle(self, handler: BaseHTTPRequestHandler, method: str, body: bytes) -> None:
+        path = handler.path.split("?")[0]
+        verdict, label = self.check(handler, body)
+        with self._seen_lock:
+            self.seen.append(Seen(self.now(), path, verdict, label))
+        self.counted(verdict)
+        if method != "POST" or not self.serves(path):
+            return self.reply(handler, 404, b'{"error": "not found"}', "application/json")
+        if verdict != CURRENT:
+            status, answer = self.refusal(verdict)
+            return self.reply(handler, status, answer, "application/json")
+        self.reply(handler, 200, json.dumps(self.answer(path, body)).encode(), "application/json")
+
+    # --- for subclasses ----------------------------------------------------------------------
+
+    def check(self, handler: BaseHTTPRequestHandler, body: bytes) -> tuple[str, str]:
+        raise NotImplementedError
+
+    def serves(self, path: str) -> bool:
+        raise NotImplementedError
+
+    def answer(self, path: str, body: bytes) -> dict[str, Any]:
+        return chat_completion(_model(body))
+
+    def refusal(self, verdict: str) -> tuple[int, bytes]:
+        return 401, json.dumps({"error": {"message": f"credential {verdict}"}}).encode()
+
+
+def chat_completion(model: str) -> dict[str, Any]:
+    """The smallest answer an OpenAI client (and LiteLLM) parses as a chat completion."""
+    return {
+        "id": "chatcmpl-standin",
+        "object": "chat.completion",
+        "created": 0,
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": "ok"},
+                "finish_reason": "stop",
+            }
+        ],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+    }
+
+
+def _model(body: bytes) -> str:
+    try:
+        return str(json.loads(body or b"{}").get("model") or "standin")
+    except (ValueError, AttributeError):
+        return "standin"
+
+
+class OpenAIStandIn(ModelUpstream):
+    """An OpenAI-compatible API that accepts only the keys given to :meth:`accept`."""
+
+    def __init__(self, *, now: Callable[[], float] = time.time) -> None:
+        super().__init__(now=now)
+        self._keys: set[str] = set()
+
+    def accept(self, *keys: str) -> None:
+        """The keys accepted from now on (the others are retired: refused as unknown)."""
+        with self._lock:
+            self._keys = set(keys)
+        self.remember(*keys)
+
+    def check(self, handler: BaseHTTPRequestHandler, body: bytes) -> tuple[str, str]:
+        scheme, _, key = (handler.headers.get("Authorization") or "").partition(" ")
+        if scheme != "Bearer" or not key:
+            return MISSING, "-"
+        with self._lock:
+            known = key in self._keys
+        return (CURRENT if known else UNKNOWN), self.label(key)
+
+    def serves(self, path: str) -> bool:
+        return path.endswith("/chat/completions")
+
+
+class AzureOpenAIStandIn(ModelUpstream):
+    """Azure OpenAI: a bearer token minted by ``identity`` (the Azure AD stand-in) and not
+    expired, or an ``api-key`` given to :meth:`accept_keys`."""
+
+    def __init__(self, identity: AzureStandIn, *, now: Callable[[], float] = time.time) -> None:
+        super().__init__(now=now)
+        self.identity = identity
+        self._keys: set[str] = set()
+
+    def accept_keys(self, *keys: str) -> None:
+        with self._lock:
+            self._keys = set(keys)
+        self.remember(*keys)
+
+    def check(self, handler: BaseHTTPRequestHandler, body: bytes) -> tuple[str, str]:
+        scheme, _, token = (handler.headers.get("Authorization") or "").partition(" ")
+        if scheme == "Bearer" and token:
+            expires = self.identity.expires_at(token)
+            if expires is None:
+                return UNKNOWN, self.label(token)
+            return (CURRENT if self.now() < expires else EXPIRED), self.label(token)
+        key = handler.headers.get("api-key") or ""
+        if not key:
+            return MISSING, "-"
+        with self._lock:
+            known = key in self._keys
+        return (CURRENT if known else UNKNOWN), self.label(key)
+
+    def serves(self, path: str) -> bool:
+        return path.startswith("/openai/deployments/") and path.endswith("/chat/completions")
+
+
+class BedrockStandIn(ModelUpstream):
+    """Bedrock runtime: every request signed with SigV4 by a key in ``keyring`` (what the STS
+    proxy recorded from moto), with its session token, before the session's end."""
+
+    def __init__(self, keyring: aws.Keyring, *, now: Callable[[], float] = time.time) -> None:
+        super().__init__(now=now)
+        self.keyring = keyring
+
+    def check(self, handler: BaseHTTPRequestHandler, body: bytes) -> tuple[str, str]:
+        key_id = aws.signer(handler) or "-"
+        refusal = aws.verify_received(
+            self.keyring, handler, body, scheme=self.scheme, now=self.now()
+        )
+        if refusal is None:
+            return CURRENT, key_id
+        if refusal is aws.EXPIRED:
+            return EXPIRED, key_id
+        return (MISSING if refusal is aws.MISSING else UNKNOWN), key_id
+
+    def serves(self, path: str) -> bool:
+        return path.startswith("/model/") and path.rsplit("/", 1)[-1] in ("converse", "invoke")
+
+    def answer(self, path: str, body: bytes) -> dict[str, Any]:
+        if path.endswith("/converse"):
+            return {
+                "output": {"message": {"role": "assistant", "content": [{"text": "ok"}]}},
+                "stopReason": "end_turn",
+                "usage": {"inputTokens": 1, "outputTokens": 1, "totalTokens": 2},
+                "metrics": {"latencyMs": 1},
+            }
+        return {  # /invoke of an Anthropic model: the Messages API's shape
+            "id": "msg-standin",
+            "type": "message",
+            "role": "assistant",
+            "content": [{"type": "text", "text": "ok"}],
+            "stop_reason": "end_turn",
+            "usage": {"input_tokens": 1, "output_tokens": 1},
+        }
+
+    def refusal(self, verdict: str) -> tuple[int, bytes]:
+        code = "ExpiredTokenException" if verdict == EXPIRED else "UnrecognizedClientException"
+        return 403, json.dumps({"message": f"credential {verdict}", "__type": code}).encode()
