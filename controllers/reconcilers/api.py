@@ -95,12 +95,14 @@ REASON_CONFIG_REJECTED = "ConfigRejected"
 """Route ``Programmed=False``: the API server refused the configuration Secret as invalid."""
 TRANSLATED = "Translated"
 """Route condition, on Routes whose ``spec.output.format`` is ``LiteLLM``: does the configuration
-hold every rule, match and backend of the spec? False (:data:`REASON_NOT_EXPRESSIBLE`) names each
-rule and backend LiteLLM cannot express, and what (controllers/reconcilers/litellmconfig.py)."""
+hold every rule, match and backend of the spec that rotator itself could reach (rules after a
+catch-all are not: rotator never routes to them either)? False (:data:`REASON_NOT_EXPRESSIBLE`)
+names each rule and backend LiteLLM cannot express, and what (controllers/reconcilers/
+litellmconfig.py)."""
 REASON_NOT_EXPRESSIBLE = "NotExpressible"
 """Route ``Translated=False``: part of the spec is left out of a LiteLLM configuration."""
 REASON_TRANSLATED = "Translated"
-"""Route ``Translated=True``: the LiteLLM configuration holds the whole spec."""
+"""Route ``Translated=True``: the LiteLLM configuration holds every reachable rule of the spec."""
 ROLLOUT_RESTARTED = "RolloutRestarted"
 """Route condition, on Routes with ``spec.rolloutRestartTargets``: were the targets rolled out
 for the configuration in the config Secret (controllers/reconcilers/restarts.py)?"""

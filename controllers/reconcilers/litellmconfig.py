@@ -18,16 +18,36 @@ litellm/router.py; read, not guessed):
   fallbacks on failure (``get_order_filtered_deployments``, order-based fallbacks); within one
   order, ``simple-shuffle`` (the default strategy) picks by ``weight``.
 
+- A ``litellm_params`` string that starts with ``os.environ/`` is replaced by that environment
+  variable of the proxy (``Router._create_deployment``'s loop; ``get_secret``, which also takes
+  ``oidc/``); Azure exchanges an ``azure_ad_token`` of ``oidc/…`` itself; and LiteLLM's pointer
+  fields take ``hashicorp_vault/``, ``aws_secret_manager/`` and ``google_secret_manager/``
+  (``_POINTER_REF_PREFIXES``). A tenant's value of that form would make the proxy send its own
+  secret (its master key, say) to the tenant's host: :data:`SECRET_REFERENCES`.
+- An empty or absent ``api_key`` is not "no credential": the providers fall back to the proxy's
+  own (``api_key or … or get_secret("OPENAI_API_KEY")`` in ``litellm.main``; Anthropic's
+  ``ANTHROPIC_API_KEY``/``ANTHROPIC_AUTH_TOKEN``; Azure's ``AZURE_OPENAI_API_KEY``,
+  ``AZURE_API_KEY``, ``AZURE_AD_TOKEN`` and Entra ID settings; Bedrock boto's default chain).
+  Any non-empty ``api_key`` stops the OpenAI and Anthropic fallbacks: a backend without a policy
+  gets :data:`NO_CREDENTIAL`. No value stops all of Azure's, nor boto's: such a backend is a gap.
+- LiteLLM matches ``model_name`` exactly first and falls back to its wildcard patterns (a name
+  holding ``*``) only when no exact name matches.
+
 So a rule's ``modelName`` matches become model groups (a rule without matches, ``"*"``), a
 backend's ``priority`` its ``order`` (plus one: LiteLLM's orders start at 1), its ``weight`` its
 ``weight``. A backend of weight 0 gets no traffic, and LiteLLM, where every weight of an order is
 0, would pick at random: it is left out, which is what weight 0 means. The first rule to name a
-model wins, as in rotator's own format; a later rule's same name is unreachable and left out.
+model wins, as in rotator's own format; a later rule's same name is unreachable and left out, and
+so is every rule after one without matches (it takes every model in rotator's format, while in
+LiteLLM an exact name would win over its ``"*"``). Those are not gaps: the configuration routes
+every request as rotator's own format would. A ``modelName`` holding ``*`` is an exact name in
+rotator and a pattern in LiteLLM: a gap.
 
 What LiteLLM cannot express is returned as :class:`Gap`\\ s and never silently dropped: the Route
 reports them (``Translated=False``, ``NotExpressible``). LiteLLM routes by model name only, so a
 ``pathPrefix`` match cannot be rendered; nor can a credential its provider would send in another
-header than the one the policy asks for, nor (in this version) a GCP backend.
+header than the one the policy asks for, nor (in this version) a GCP backend, nor a value
+LiteLLM would read as a secret reference.
 """
 
 from __future__ import annotations
@@ -46,10 +66,26 @@ from controllers.reconcilers import api, routeconfig
 FORMAT = "LiteLLM"
 """``spec.output.format`` of a Route rendered by this module."""
 
-RENDER_REVISION = 1
+RENDER_REVISION = 2
 """As :data:`routeconfig.RENDER_REVISION`, for this format."""
 
 WILDCARD = "*"
+
+SECRET_REFERENCES = (
+    "os.environ/",
+    "oidc/",
+    "hashicorp_vault/",
+    "aws_secret_manager/",
+    "google_secret_manager/",
+)
+"""Prefixes that make LiteLLM 1.106 read a ``litellm_params`` value as a reference to a secret of
+its own (see the module's docstring). A value rotator would write that starts with one (leading
+blanks ignored, to be safe) is refused: its backend is left out and named, never the value."""
+
+NO_CREDENTIAL = "rotator-no-credential"
+"""``api_key`` of an OpenAI or Anthropic backend without a policy: any non-empty key stops those
+providers from sending the proxy's own (``OPENAI_API_KEY``, ``ANTHROPIC_API_KEY``); this one
+says what it is to whoever logs it."""
 
 _PROVIDERS = {
     "OpenAI": "openai",
@@ -87,26 +123,14 @@ def build(
     gaps: list[Gap] = []
     taken: set[str] = set()
     for index, rule in enumerate(route["spec"]["rules"]):
-        names: list[str] = []
-        for match in rule.get("matches") or []:
-            if "pathPrefix" in match:
-                gaps.append(
-                    Gap(
-                        index,
-                        None,
-                        f"pathPrefix {match['pathPrefix']}: LiteLLM routes by model "
-                        "name only; the match is left out",
-                    )
-                )
-            elif "modelName" in match:
-                names.append(match["modelName"])
-        if not rule.get("matches"):
-            names.append(WILDCARD)
+        if WILDCARD in taken:
+            break  # an earlier rule without matches takes every model: the rest is unreachable
+        names = _model_names(index, rule, gaps)
         for model in dict.fromkeys(names):
             if model in taken:
                 continue  # an earlier rule takes this model name: unreachable here
             taken.add(model)
-            for ref in rule["backendRefs"]:
+            for position, ref in enumerate(rule["backendRefs"]):
                 backend = backends.get(ref["name"])
                 if backend is None or ref["weight"] == 0:
                     continue  # unresolved (ResolvedRefs says so), or no share of traffic
@@ -120,11 +144,39 @@ def build(
                     {
                         "model_name": model,
                         "litellm_params": params,
-                        "model_info": {"id": f"{prefix}/{index}/{model}/{backend.name}"},
+                        # the backendRef's position: a backend listed twice in a rule (another
+                        # priority, say) is two deployments, and LiteLLM indexes them by id
+                        "model_info": {"id": f"{prefix}/{index}/{model}/{position}/{backend.name}"},
                     }
                 )
     config = {"model_list": model_list, "router_settings": {"routing_strategy": "simple-shuffle"}}
     return config, _unique(gaps)
+
+
+def _model_names(index: int, rule: api.Rule, gaps: list[Gap]) -> list[str]:
+    """The LiteLLM ``model_name`` values of a rule (``"*"`` for a rule without matches), each match
+    that has none added to ``gaps``."""
+    names: list[str] = []
+    for match in rule.get("matches") or []:
+        if "pathPrefix" in match:
+            gaps.append(
+                Gap(
+                    index,
+                    None,
+                    f"pathPrefix {match['pathPrefix']}: LiteLLM routes by model "
+                    "name only; the match is left out",
+                )
+            )
+        elif "modelName" in match:
+            name = match["modelName"]
+            problem = _name_problem(name)
+            if problem is None:
+                names.append(name)
+            else:
+                gaps.append(Gap(index, None, f"{problem}; the match is left out"))
+    if not rule.get("matches"):
+        names.append(WILDCARD)
+    return names
 
 
 def render(route: api.Route, backends: Mapping[str, routeconfig.ResolvedBackend]) -> str:
@@ -148,8 +200,37 @@ def _url(backend: routeconfig.ResolvedBackend, path: str = "") -> str:
     return f"{'https' if tls else 'http'}://{host}:{endpoint['port']}{path}"
 
 
+def _name_problem(name: str) -> str | None:
+    """Why a ``modelName`` cannot be a LiteLLM ``model_name``, if it cannot. A reference-shaped
+    name is not quoted: what follows the prefix may name a secret of the proxy's."""
+    if _is_reference(name):
+        return "modelName starting with a LiteLLM secret reference prefix"
+    if WILDCARD in name:
+        return f"modelName {name}: holding *, an exact name in rotator, a pattern in LiteLLM"
+    return None
+
+
+def _is_reference(value: str) -> bool:
+    return value.lstrip().startswith(SECRET_REFERENCES)
+
+
 def _params(backend: routeconfig.ResolvedBackend, model: str) -> tuple[dict[str, Any], str | None]:
     """``litellm_params`` of one deployment, or why there can be none."""
+    params, problem = _unchecked_params(backend, model)
+    if problem is not None:
+        return {}, problem
+    refs = [k for k, v in params.items() if isinstance(v, str) and _is_reference(v)]
+    if refs:
+        return {}, (
+            f"{', '.join(refs)}: a value starting with a LiteLLM secret reference prefix "
+            f"({', '.join(SECRET_REFERENCES)}), which the proxy would replace by its own secret"
+        )
+    return params, None
+
+
+def _unchecked_params(
+    backend: routeconfig.ResolvedBackend, model: str
+) -> tuple[dict[str, Any], str | None]:
     schema = backend.spec["schema"]
     provider = _PROVIDERS.get(schema)
     if provider is None:
@@ -163,7 +244,13 @@ def _params(backend: routeconfig.ResolvedBackend, model: str) -> tuple[dict[str,
         params["api_base"] = _url(backend, "/v1" if provider == "openai" else "")
     c = backend.credentials
     if c is None:
-        return params, None
+        if provider in ("openai", "anthropic"):
+            params["api_key"] = NO_CREDENTIAL
+            return params, None
+        return params, (
+            f"no credential: LiteLLM's {provider} provider would send the proxy's own "
+            "credentials from its environment instead"
+        )
     problem = _credentials(params, provider, c)
     return (params, None) if problem is None else ({}, problem)
 
@@ -198,7 +285,13 @@ def _credentials(
         return (
             f"credential type {c.type}{with_header}: LiteLLM's {provider} provider cannot send it"
         )
-    params[sent[0]] = c.data.get(sent[1], "")
+    value = c.data.get(sent[1], "")
+    if not value:
+        return (
+            f"credential type {c.type}: data.{sent[1]} is empty, and LiteLLM's {provider} "
+            "provider would send the proxy's own credentials instead"
+        )
+    params[sent[0]] = value
     return None
 
 

@@ -181,23 +181,25 @@ def contract_names() -> tuple[set[str], set[str]]:
                         reasons.add(text)
             if not isinstance(node, ast.Call):
                 continue
-            name, args = _call_name(node), node.args
-            if name in ("true", "false") and len(args) >= 2:
-                if kind := _text(args[0], constants):
-                    types.add(kind)
-                if reason := _text(args[1], constants):
-                    reasons.add(reason)
-            elif name == "Cond" and args and (kind := _text(args[0], constants)):
-                types.add(kind)  # a constructor of one condition type (conditions.ready, …)
-            elif name in constructors and args and (reason := _text(args[0], constants)):
-                reasons.add(reason)
-            elif (
-                (at := REASON_ARGUMENT.get(name)) is not None
-                and len(args) > at
-                and (reason := _text(args[at], constants))
-            ):
-                reasons.add(reason)
+            kind, reason = _call_names(node, constants, constructors)
+            types.update([kind] if kind else [])
+            reasons.update([reason] if reason else [])
     return types, reasons
+
+
+def _call_names(
+    call: ast.Call, constants: dict[str, str], constructors: set[str]
+) -> tuple[str | None, str | None]:
+    """(condition type, reason) that one call names, each None when it names none."""
+    name, args = _call_name(call), call.args
+    if name in ("true", "false") and len(args) >= 2:
+        return _text(args[0], constants), _text(args[1], constants)
+    if name == "Cond" and args:
+        return _text(args[0], constants), None  # a constructor of one type (conditions.ready)
+    at = 0 if name in constructors else REASON_ARGUMENT.get(name)
+    if at is not None and len(args) > at:
+        return None, _text(args[at], constants)
+    return None, None
 
 
 def test_the_reason_collector_finds_what_the_reconcilers_set() -> None:

@@ -259,3 +259,127 @@ def test_a_gap_turns_translated_false_and_going_back_to_the_default_drops_the_co
     assert base64.b64decode(world.secrets()[-1]["data"][api.ROUTE_CONFIG_KEY]).startswith(
         b"apiVersion"
     )
+
+
+# --- hostile input: what a tenant's Secret or spec could make the proxy do ----------------------
+
+
+@pytest.mark.parametrize("prefix", litellmconfig.SECRET_REFERENCES)
+def test_a_copied_value_litellm_would_read_as_a_secret_reference_leaves_its_backend_out(
+    prefix: str,
+) -> None:
+    """A tenant's ``apiKey: os.environ/LITELLM_MASTER_KEY`` would make the proxy send its own
+    master key to the tenant's host (LiteLLM resolves the reference as it loads the file)."""
+    probe = f"{prefix}LITELLM_MASTER_KEY"
+    azure = routeconfig.ResolvedCredentials(
+        "p", "AzureCredentials", {"azureAccessToken": probe}, None
+    )
+    aws_file = AWS_FILE.replace("s3cr3t-never-shown", f" {probe}")
+    aws = routeconfig.ResolvedCredentials("p", "AWSCredentials", {"credentials": aws_file}, None)
+    r = route(
+        [
+            {
+                "matches": [{"modelName": "m"}],
+                "backendRefs": refs(("oa", 1, 0), ("az", 1, 0), ("br", 1, 0), ("ok", 1, 0)),
+            }
+        ]
+    )
+    config, gaps = litellmconfig.build(
+        r,
+        {
+            "oa": backend("oa", credentials=key(probe)),
+            "az": backend("az", "AzureOpenAI", azure),
+            "br": backend("br", "AWSBedrock", aws),
+            "ok": backend("ok", credentials=key()),
+        },
+    )
+    assert [m["model_info"]["id"].split("/")[-1] for m in config["model_list"]] == ["ok"]
+    assert [(g.rule, g.backend) for g in gaps] == [(0, "oa"), (0, "az"), (0, "br")]
+    text = " ".join(str(g) for g in gaps)
+    for param in ("api_key", "azure_ad_token", "aws_secret_access_key"):
+        assert param in text
+    assert "LITELLM_MASTER_KEY" not in text
+    assert probe not in litellmconfig.render(r, {"oa": backend("oa", credentials=key(probe))})
+
+
+def test_a_model_name_litellm_would_read_as_a_reference_or_a_pattern_is_a_gap() -> None:
+    r = route(
+        [
+            {
+                "matches": [
+                    {"modelName": "os.environ/LITELLM_MASTER_KEY"},
+                    {"modelName": "gpt-*"},
+                    {"modelName": "m"},
+                ],
+                "backendRefs": refs(("a", 1, 0)),
+            }
+        ]
+    )
+    config, gaps = litellmconfig.build(r, {"a": backend("a", credentials=key())})
+    assert [m["model_name"] for m in config["model_list"]] == ["m"]
+    text = [str(g) for g in gaps]
+    assert len(text) == 2
+    assert all(t.startswith("rule 0: modelName") for t in text)
+    assert "LITELLM_MASTER_KEY" not in text[0]
+    assert "gpt-*" in text[1]
+    assert "pattern" in text[1]
+
+
+def test_a_backend_without_a_policy_is_never_sent_the_proxys_own_credentials() -> None:
+    """An empty or absent ``api_key`` makes LiteLLM send ``OPENAI_API_KEY`` (and the like) from
+    the proxy's environment; a non-empty one stops OpenAI's and Anthropic's fallback, and nothing
+    stops Azure's or boto's, so those backends are left out."""
+    r = route(
+        [
+            {
+                "matches": [{"modelName": "m"}],
+                "backendRefs": refs(
+                    ("oa", 1, 0), ("an", 1, 0), ("az", 1, 0), ("br", 1, 0), ("empty", 1, 0)
+                ),
+            }
+        ]
+    )
+    config, gaps = litellmconfig.build(
+        r,
+        {
+            "oa": backend("oa"),
+            "an": backend("an", "Anthropic"),
+            "az": backend("az", "AzureOpenAI"),
+            "br": backend("br", "AWSBedrock"),
+            "empty": backend("empty", credentials=key("")),
+        },
+    )
+    params = {
+        m["model_info"]["id"].split("/")[-1]: m["litellm_params"] for m in config["model_list"]
+    }
+    assert set(params) == {"oa", "an"}
+    assert params["oa"]["api_key"] == params["an"]["api_key"] == litellmconfig.NO_CREDENTIAL
+    assert [(g.rule, g.backend) for g in gaps] == [(0, "az"), (0, "br"), (0, "empty")]
+    assert all("proxy's own credentials" in str(g) for g in gaps)
+
+
+def test_a_rule_without_matches_hides_every_later_rule() -> None:
+    """Rotator's first matching rule wins, so after a rule without matches nothing is reachable;
+    in LiteLLM a later exact name would win over the earlier ``"*"``."""
+    r = route(
+        [
+            {"matches": [{"modelName": "m"}], "backendRefs": refs(("a", 1, 0))},
+            {"backendRefs": refs(("b", 1, 0))},
+            {"matches": [{"modelName": "gpt-4"}], "backendRefs": refs(("c", 1, 0))},
+            {"matches": [{"pathPrefix": "/x"}], "backendRefs": refs(("c", 1, 0))},
+        ]
+    )
+    config, gaps = litellmconfig.build(r, {n: backend(n) for n in "abc"})
+    assert gaps == []
+    assert [
+        (m["model_name"], m["model_info"]["id"].split("/")[-1]) for m in config["model_list"]
+    ] == [("m", "a"), ("*", "b")]
+
+
+def test_a_backend_listed_twice_in_a_rule_is_two_deployments_with_two_ids() -> None:
+    r = route([{"matches": [{"modelName": "m"}], "backendRefs": refs(("a", 1, 0), ("a", 1, 1))}])
+    config, gaps = litellmconfig.build(r, {"a": backend("a", credentials=key())})
+    assert gaps == []
+    ids = [m["model_info"]["id"] for m in config["model_list"]]
+    assert len(ids) == len(set(ids)) == 2
+    assert [m["litellm_params"]["order"] for m in config["model_list"]] == [1, 2]

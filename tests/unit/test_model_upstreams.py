@@ -32,7 +32,7 @@ def post(url: str, headers: dict[str, str], body: bytes = BODY) -> int:
         return exc.code
 
 
-def test_openai_accepts_only_the_keys_it_was_given() -> None:
+def test_openai_accepts_only_the_keys_it_was_given_and_tells_a_retired_key_from_unknown() -> None:
     up = upstreams.OpenAIStandIn().start()
     try:
         up.accept("sk-old-key-0001", "sk-new-key-0002")
@@ -42,8 +42,9 @@ def test_openai_accepts_only_the_keys_it_was_given() -> None:
         assert post(url, {"Authorization": "Bearer sk-old-key-0001"}) == 401
         assert post(url, {"Authorization": "Bearer sk-new-key-0002"}) == 200
         assert post(url, {}) == 401
+        assert post(url, {"Authorization": "Bearer sk-never-given-0003"}) == 401
         seen = up.seen_snapshot()
-        assert [s.verdict for s in seen] == ["current", "unknown", "current", "missing"]
+        assert [s.verdict for s in seen] == ["current", "expired", "current", "missing", "unknown"]
         assert "sk-" not in repr(seen)
     finally:
         up.stop()

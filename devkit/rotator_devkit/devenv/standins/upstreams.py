@@ -3,7 +3,7 @@ credential the way the real API does, and recording every request with what it f
 
 * :class:`OpenAIStandIn` — ``POST /v1/chat/completions``; ``Authorization: Bearer <key>`` must be
   one of the keys it currently accepts (:meth:`OpenAIStandIn.accept`; a retired key is refused,
-  as OpenAI refuses a revoked one).
+  as OpenAI refuses a revoked one, and recorded ``expired``: its overlap is over).
 * :class:`BedrockStandIn` — ``POST /model/{id}/converse`` (and ``/invoke``): the SigV4 signature,
   the session token and the session's end are checked by :func:`aws.verify_received` against the
   :class:`aws.Keyring` the STS proxy filled with what moto issued: the same check as the STS
@@ -13,9 +13,9 @@ credential the way the real API does, and recording every request with what it f
   (:meth:`AzureStandIn.expires_at`); or an ``api-key`` it accepts.
 
 A :class:`Seen` record holds a verdict, never a credential's bytes: ``current`` (accepted),
-``expired`` (issued, past its end: the one thing a gateway must never send), ``unknown`` (never
-issued, or retired) or ``missing``. The clock is injected (``now``) so the verdicts follow the
-same time as the issuers'.
+``expired`` (issued, past its end — for an API key, accepted once and since retired: the one
+thing a gateway must never send), ``unknown`` (never issued) or ``missing``. The clock is
+injected (``now``) so the verdicts follow the same time as the issuers'.
 """
 
 from __future__ import annotations
@@ -126,10 +126,14 @@ class OpenAIStandIn(ModelUpstream):
     def __init__(self, *, now: Callable[[], float] = time.time) -> None:
         super().__init__(now=now)
         self._keys: set[str] = set()
+        self._retired: set[str] = set()
 
     def accept(self, *keys: str) -> None:
-        """The keys accepted from now on (the others are retired: refused as unknown)."""
+        """The keys accepted from now on. A key accepted before and not now is retired: its
+        validity (the rotation's overlap) is over, so it is refused as ``expired``, which a
+        gateway must never send, and told apart from a key never given (``unknown``)."""
         with self._lock:
+            self._retired = (self._retired | self._keys) - set(keys)
             self._keys = set(keys)
         self.remember(*keys)
 
@@ -138,8 +142,8 @@ class OpenAIStandIn(ModelUpstream):
         if scheme != "Bearer" or not key:
             return MISSING, "-"
         with self._lock:
-            known = key in self._keys
-        return (CURRENT if known else UNKNOWN), self.label(key)
+            verdict = CURRENT if key in self._keys else EXPIRED if key in self._retired else UNKNOWN
+        return verdict, self.label(key)
 
     def serves(self, path: str) -> bool:
         return path.endswith("/chat/completions")
