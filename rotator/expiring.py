@@ -25,7 +25,11 @@ What holds, for every use:
 * without ``failures`` a failed load is not kept: the next caller loads again. With
   ``failures`` (:class:`FailureBackoff`) it is remembered: until its backoff passes, callers get
   :class:`StillFailing` at once instead of loading again one after another, and while a retry
-  of a failed key is in flight, callers fail at once rather than queue behind it.
+  of a failed key is in flight, callers fail at once rather than queue behind it;
+* a load that fails because another key's failure is remembered (a token fetch on a discovery
+  still failing) is remembered as that key's failure — given as the :class:`StillFailing`
+  itself, or as the caller's own error for it made with :func:`translated` — so a note a
+  caller adds to a remembered failure ("not retried before…") is never stored and added again.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from typing import Generic, TypeVar, cast
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
+E = TypeVar("E", bound=BaseException)
 
 Load = Callable[[], tuple[V, float]]
 """Computes a value and how many seconds it stays valid (0 or less: use once, do not keep)."""
@@ -66,6 +71,26 @@ class StillFailing(Exception):
         self.error = error
         self.retry_in = retry_in
         self.retrying = retrying
+
+
+_ORIGINAL = "_expiring_remembered"
+"""The attribute :func:`translated` keeps a remembered failure under."""
+
+
+def translated(error: E, still: StillFailing) -> E:
+    """``error`` — a caller's own exception standing for ``still`` (its message annotated, its
+    type the caller's) — carrying ``still.error``, so that a cache whose load fails with
+    ``error`` remembers that original failure, not the annotated translation."""
+    setattr(error, _ORIGINAL, still.error)
+    return error
+
+
+def _original(exc: BaseException) -> BaseException:
+    """The failure to remember for a load that raised ``exc`` (see :func:`translated`)."""
+    if isinstance(exc, StillFailing):
+        return exc.error
+    original = getattr(exc, _ORIGINAL, None)
+    return original if isinstance(original, Exception) else exc
 
 
 class WaitTimedOut(Exception):
@@ -171,7 +196,7 @@ class ExpiringCache(Generic[K, V]):
     def _failed(self, key: K, exc: BaseException) -> None:
         # A load that failed because another key is still failing (discovery's, in a token
         # fetch) is remembered as that failure, so notes do not pile up.
-        error = exc.error if isinstance(exc, StillFailing) else exc
+        error = _original(exc)
         if self._failures is None or not isinstance(error, self._failures.remember):
             return
         with self._lock:

@@ -12,9 +12,11 @@ of :mod:`controllers.runtime.errors`.
 
 Every body is read in chunks up to a byte bound (:class:`BodyLimits`): a broken proxy or API
 server that sends without end costs the bound, not all the memory there is. A list is bounded per
-page (lists page with ``limit``/``continue``), a watch per event line, anything else by the
-largest object the API server stores; a body over its bound is a ``ConnectionFailed`` naming the
-bound, its connection closed rather than drained.
+page (lists page with ``limit``/``continue``; a list call may give its page a bound of its own,
+smaller for a view of small objects), a watch per event line, anything else by the largest object
+the API server stores; a body over its bound is a :class:`BodyTooLarge` (a ``ConnectionFailed``)
+naming the bound, its connection closed rather than drained. A body is read into one buffer that
+grows as it is read and is decoded from there: at most the bound, never a second copy of it.
 """
 
 from __future__ import annotations
@@ -58,9 +60,15 @@ class BodyLimits:
     object the API server stores (etcd's 1.5 MiB request limit; a Secret's 1 MiB of data is
     1.37 MiB as base64 in JSON), with room for JSON's escapes of the rest."""
     list_page_bytes: int = 128 << 20
-    """Of one list page. Defaults to 128 MiB: the largest page rotator asks for is the
-    managed-Secret view's 50 Secrets of up to ~2 MiB of JSON each (docs/design.md §3), and a
-    page of 500 other objects averaging 256 KiB still fits."""
+    """Of one list page whose caller gives no bound of its own (``Client.list(max_bytes=…)``),
+    and the most any caller may give. Defaults to 128 MiB: a page of 500 objects averaging
+    256 KiB. The informers give smaller ones (``InformerOptions.page_bytes``, docs/design.md
+    §5): five of them list at once at start, under a 512 MiB memory limit."""
+
+
+class BodyTooLarge(errors.ConnectionFailed):
+    """A response body over its byte bound: not read further, its connection closed. A list
+    page over it may be asked for again with a smaller ``limit`` (the informer does)."""
 
 
 _deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar(
@@ -201,7 +209,11 @@ class Client:
         continue_token: str | None = None,
         resource_version: str | None = None,
         metadata_only: bool = False,
+        max_bytes: int | None = None,
     ) -> Body:
+        """One page of at most ``limit`` objects, read up to ``max_bytes`` (at most, and by
+        default, the limits' ``list_page_bytes``): a caller that knows its page size and view
+        bounds the page by what it can legitimately hold (:class:`BodyTooLarge` past it)."""
         query = _selectors(label_selector, field_selector)
         if limit:
             query.append(("limit", str(limit)))
@@ -211,9 +223,10 @@ class Client:
             query.append(("resourceVersion", resource_version))
         accept = _PARTIAL_METADATA_LIST if metadata_only else "application/json"
         path = resource.path(namespace=namespace)
-        return self.request(
-            "GET", path, query=query, accept=accept, max_bytes=self._limits.list_page_bytes
-        )
+        page_bytes = self._limits.list_page_bytes
+        if max_bytes is not None:
+            page_bytes = min(max_bytes, page_bytes)
+        return self.request("GET", path, query=query, accept=accept, max_bytes=page_bytes)
 
     def watch(
         self,
@@ -444,21 +457,28 @@ class Client:
         return min(timeout, remaining)
 
 
-def _read_body(response: urllib3.HTTPResponse, *, limit: int, method: str, path: str) -> bytes:
+def _read_body(response: urllib3.HTTPResponse, *, limit: int, method: str, path: str) -> bytearray:
     """The whole body (``preload_content`` is off, so this is where it is read), in chunks, and
-    never more than ``limit`` bytes of it: past the bound the connection is closed, not drained
-    (urllib3's ``response.data`` would hold all of it first). A connection that breaks or times
-    out while reading is a :class:`~.errors.ConnectionFailed`, like one that breaks before the
-    status line; so is a body over the bound."""
-    chunks: list[bytes] = []
-    size = 0
+    never more than ``limit`` bytes of it: past the bound — or at once, when ``Content-Length``
+    says it will be — the connection is closed, not drained (urllib3's ``response.data`` would
+    hold all of it first). Chunks are appended to one ``bytearray`` as they arrive and dropped:
+    a list of chunks joined at the end held the body twice (2x the bound at the peak); orjson
+    decodes the bytearray as it is. A connection that breaks or times out while reading is a
+    :class:`~.errors.ConnectionFailed`, like one that breaks before the status line; a body over
+    the bound is a :class:`BodyTooLarge`."""
+    body = bytearray()
+    what = f"the {response.status} response body"
     try:
+        length = str(response.headers.get("Content-Length") or "")
+        encoded = response.headers.get("Content-Encoding")  # a gzip length is not the body's
+        if length.isdigit() and int(length) > limit and not encoded:
+            response.close()
+            raise _too_large(what, limit, method, path)
         for chunk in response.stream(amt=READ_CHUNK, decode_content=True):
-            size += len(chunk)
-            if size > limit:
+            if len(body) + len(chunk) > limit:
                 response.close()  # the rest unread: the connection cannot serve another request
-                raise _too_large(f"the {response.status} response body", limit, method, path)
-            chunks.append(chunk)
+                raise _too_large(what, limit, method, path)
+            body += chunk
     except (urllib3.exceptions.HTTPError, OSError) as exc:
         raise errors.ConnectionFailed(
             f"reading the {response.status} response failed: {type(exc).__name__}: {exc}",
@@ -467,11 +487,11 @@ def _read_body(response: urllib3.HTTPResponse, *, limit: int, method: str, path:
         ) from exc
     finally:
         response.release_conn()
-    return b"".join(chunks)
+    return body
 
 
-def _too_large(what: str, limit: int, method: str, path: str) -> errors.ConnectionFailed:
-    return errors.ConnectionFailed(
+def _too_large(what: str, limit: int, method: str, path: str) -> BodyTooLarge:
+    return BodyTooLarge(
         f"{what} is over the client's bound of {limit} bytes (BodyLimits); not read further",
         method=method,
         path=path,
@@ -488,7 +508,7 @@ def _selectors(label_selector: str | None, field_selector: str | None) -> list[t
 
 
 def _status_error(
-    status: int, raw: bytes, content_type: str, *, method: str, path: str
+    status: int, raw: bytes | bytearray, content_type: str, *, method: str, path: str
 ) -> errors.ApiError:
     """The error for a non-2xx answer, from its Kubernetes ``Status`` when it is one.
 

@@ -65,10 +65,32 @@ class InformerOptions:
     resync_jitter: float = 0.1
     page_size: int = 500
     """Objects per list page. Defaults to 500."""
+    page_bytes: int | None = None
+    """Bytes one list page may have; None: ``page_size`` objects of the view's largest usual
+    size (:func:`page_bytes`), at most the client's ``BodyLimits.list_page_bytes``."""
     watch_timeout: tuple[int, int] = (300, 600)
     """Server-side watch timeout, drawn from this range per request. Defaults to 5-10 minutes."""
     backoff_initial: float = 0.8
     backoff_cap: float = 30.0
+
+
+METADATA_ITEM_BYTES = 16 << 10
+"""JSON bytes of one object's metadata as a metadata-only list serves it (name, labels, a few
+annotations, managedFields): 500 of them, 8 MB. An object with more (256 KiB of annotations)
+makes its page come again smaller, not the list fail."""
+ITEM_BYTES = 3 << 19
+"""JSON bytes of one whole object, at most: a Secret of 1 MiB of data is 1.37 MiB as base64
+(etcd stores at most 1.5 MiB). 50 managed Secrets: 75 MiB."""
+
+
+def page_bytes(options: InformerOptions, *, metadata_only: bool) -> int:
+    """The byte bound of a list page of this view: ``options.page_bytes``, else ``page_size``
+    objects of :data:`METADATA_ITEM_BYTES` or :data:`ITEM_BYTES` (the client holds the page to
+    its own ``list_page_bytes`` too). The same bound holds when a page too large is asked for
+    again with a smaller ``limit``, so any one object the API server stores still fits."""
+    if options.page_bytes is not None:
+        return options.page_bytes
+    return options.page_size * (METADATA_ITEM_BYTES if metadata_only else ITEM_BYTES)
 
 
 def strip_never_read(obj: Body) -> Body:
@@ -221,16 +243,29 @@ class Informer:
     def _list(self, namespace: str | None) -> str:
         items: list[Body] = []
         continue_token: str | None = None
+        limit = self._options.page_size
+        max_bytes = page_bytes(self._options, metadata_only=self.metadata_only)
         while True:
-            page = self._api.list(
-                self.resource,
-                namespace=namespace,
-                label_selector=self._label_selector,
-                field_selector=self._field_selector,
-                limit=self._options.page_size,
-                continue_token=continue_token,
-                metadata_only=self.metadata_only,
-            )
+            try:
+                page = self._api.list(
+                    self.resource,
+                    namespace=namespace,
+                    label_selector=self._label_selector,
+                    field_selector=self._field_selector,
+                    limit=limit,
+                    continue_token=continue_token,
+                    metadata_only=self.metadata_only,
+                    max_bytes=max_bytes,
+                )
+            except clients.BodyTooLarge:
+                if limit == 1:
+                    raise
+                # Objects larger than the view's usual size: the same page in halves, and the
+                # rest of this list so (a continue token may be sent with any limit), not a
+                # list that never syncs.
+                limit = max(1, limit // 2)
+                self._log.info("informer.page_halved", namespace=namespace, limit=limit)
+                continue
             raw: list[Body | None] = page.pop("items", None) or []
             meta = page.get("metadata") or {}
             del page

@@ -128,7 +128,9 @@ class TokenSource:
             what=f"the OIDC discovery of {grant.where(client.issuer)}",
         )
         issued_at = self._clock()
-        answer = self._call("token", "POST", endpoint, deadline, data=client.form())
+        answer = self._call(
+            "token", "POST", endpoint, deadline, data=client.form(), secret=client.client_secret
+        )
         token = grant.token(answer, client.issuer, issued_at=issued_at)
         return token, token.fresh_for(self._clock())
 
@@ -137,12 +139,15 @@ class TokenSource:
         return grant.token_endpoint(document, issuer, allow_insecure=self._allow_insecure)
 
     def _call(
-        self, call: str, method: str, url: str, deadline: float, **kwargs: Any
+        self, call: str, method: str, url: str, deadline: float, *, secret: str = "", **kwargs: Any
     ) -> dict[str, object]:
-        """One exchange through the provider fence, in a slot of its host's bulkhead."""
+        """One exchange through the provider fence, in a slot of its host's bulkhead (``secret``:
+        the client secret it sends, kept out of what the answer's error shows)."""
         return self._calls.run(
             call,
-            lambda: grant.answer(*self._transport.exchange(method, url, deadline, **kwargs)),
+            lambda: grant.answer(
+                *self._transport.exchange(method, url, deadline, **kwargs), secret=secret
+            ),
             bulkhead=self._bulkheads.of(grant.host(url)),
             deadline=deadline,
             where=grant.where(url),

@@ -19,7 +19,13 @@ from collections.abc import Callable
 from typing import Generic, TypeVar
 
 from rotator import errors
-from rotator.expiring import ExpiringCache, FailureBackoff, StillFailing, WaitTimedOut
+from rotator.expiring import (
+    ExpiringCache,
+    FailureBackoff,
+    StillFailing,
+    WaitTimedOut,
+    translated,
+)
 from rotator.providercalls import DEADLINE_EXCEEDED
 
 FAILURE_BACKOFF = 5.0
@@ -76,13 +82,17 @@ class Remembered(Generic[V]):
             ) from None
 
     def _remembered(self, still: StillFailing) -> errors.CredentialError:
+        """The remembered failure with a note of when it is retried; the note is the caller's
+        only: a token cache whose fetch fails with this error remembers ``still.error``, the
+        failure as first raised (:func:`~rotator.expiring.translated`), so notes never pile up
+        however many clients share a failing issuer."""
         error = still.error
         if still.retrying:
             note = "a retry is in flight"
         else:
             note = f"not retried before {_hms(self._clock() + still.retry_in)}"
         kind = type(error) if isinstance(error, errors.CredentialError) else errors.CredentialError
-        return kind(f"{error}; {note}", code=getattr(error, "code", None))
+        return translated(kind(f"{error}; {note}", code=getattr(error, "code", None)), still)
 
 
 def _hms(t: float) -> str:

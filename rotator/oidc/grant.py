@@ -5,8 +5,12 @@ Issuers must be ``https``: the client secret is posted to the token endpoint, an
 URL would send it in clear. ``allow_insecure`` (``--allow-insecure-oidc-issuers``) permits
 ``http`` for local development only.
 
-Every error carries a code (:mod:`rotator.errors`): an answer's OAuth ``error`` or its HTTP
-status, else what was wrong with it (``NoAccessToken``, ``NoTokenEndpoint``…).
+Every error carries a code (:mod:`rotator.errors`): an answer's HTTP status, else what was
+wrong with it (``NotJSON``, ``NoAccessToken``, ``NoTokenEndpoint``…). The code is also the
+``code`` label of ``rotator_provider_requests_total``, and an issuer belongs to a tenant: an
+OAuth ``error`` as the code would let a hostile issuer mint a new metric series with every
+answer. So the codes are a fixed set, and a refusal's OAuth ``error`` (``invalid_client``) goes
+into the message only, at most :data:`OAUTH_ERROR_SHOWN` characters of ``[A-Za-z0-9_]``.
 """
 
 from __future__ import annotations
@@ -26,6 +30,9 @@ lifetime, for short-lived tokens)."""
 DEFAULT_LIFETIME = 300.0
 """Seconds a token is taken to live when its response gives no usable ``expires_in``."""
 INSECURE_FLAG = "--allow-insecure-oidc-issuers"
+OAUTH_ERROR_SHOWN = 64
+"""Characters of a refusal's OAuth ``error`` put in its message (RFC 6749's longest code is
+``unsupported_grant_type``, 22): a hostile issuer cannot fill conditions and Events."""
 
 
 class InsecureIssuer(errors.InvalidInput):
@@ -93,10 +100,12 @@ def check_scheme(url: str, what: str, *, allow_insecure: bool) -> None:
     raise InsecureIssuer(f"{what} is not an https URL", code="InsecureIssuer")
 
 
-def answer(status: int, body: bytes) -> dict[str, object]:
+def answer(status: int, body: bytes, *, secret: str = "") -> dict[str, object]:
     """The JSON object of a 2xx answer, else :class:`~.transport.Unusable`: 5xx and 429 are
-    transient, a redirect (not followed) and any other 4xx are refusals (coded by their OAuth
-    ``error``), a body that is not a JSON object is transient."""
+    transient, a redirect (not followed) and any other 4xx are refusals (coded by their status,
+    their OAuth ``error`` shown in the message unless it overlaps ``secret``, the client secret
+    just sent: an issuer that echoes it must not put it in a condition), a body that is not a
+    JSON object is transient."""
     if status >= 500 or status == 429:
         raise Unusable(Failure(str(status), transient=True, shown=f"HTTP {status}"))
     if 300 <= status < 400:
@@ -104,9 +113,9 @@ def answer(status: int, body: bytes) -> dict[str, object]:
         raise Unusable(Failure(str(status), transient=False, shown=shown))
     parsed = _json(body)
     if status >= 400:
-        oauth = _oauth_error(parsed)
+        oauth = _oauth_error(parsed, secret)
         shown = f"HTTP {status} {oauth}".rstrip()
-        raise Unusable(Failure(oauth or str(status), transient=False, shown=shown))
+        raise Unusable(Failure(str(status), transient=False, shown=shown))
     if parsed is None:
         raise Unusable(Failure("NotJSON", transient=True, shown="did not return JSON"))
     if not isinstance(parsed, dict):
@@ -178,7 +187,13 @@ def _json(body: bytes) -> object | None:
     return parsed
 
 
-def _oauth_error(body: object | None) -> str:
-    """The OAuth ``error`` code (never the description, which some servers fill with input)."""
+def _oauth_error(body: object | None, secret: str) -> str:
+    """The OAuth ``error`` code for a message, cut to :data:`OAUTH_ERROR_SHOWN` characters;
+    never the description, which some servers fill with input, and nothing but ASCII letters,
+    digits and ``_`` (``isalnum`` alone would pass any script's letters and digits)."""
     code = body.get("error") if isinstance(body, dict) else None
-    return str(code) if isinstance(code, str) and code.replace("_", "").isalnum() else ""
+    if not isinstance(code, str) or not code.isascii() or not code.replace("_", "").isalnum():
+        return ""
+    if secret and (secret in code or code in secret):
+        return ""
+    return code[:OAUTH_ERROR_SHOWN]

@@ -5,12 +5,19 @@ is a ConnectionFailed too."""
 
 from __future__ import annotations
 
+import base64
+import json
+import threading
+import tracemalloc
 from collections.abc import Iterator
+from urllib.parse import parse_qs
 
+import orjson
 import pytest
 
 from controllers.runtime import client as clients
 from controllers.runtime import errors, objects
+from controllers.runtime.informer import Informer, InformerOptions, page_bytes
 from tests.support.fake_api import FakeTransport, Reply, Request, read_timeout
 
 LIMITS = clients.BodyLimits(object_bytes=1 << 20, list_page_bytes=4 << 20)
@@ -111,10 +118,136 @@ def test_a_body_that_stalls_is_a_connection_failure() -> None:
     assert "c2stbGl2ZS" not in str(raised.value)
 
 
-def test_the_default_bounds_fit_the_largest_legitimate_bodies() -> None:
-    """A Secret of 1 MiB of data is 1.37 MiB as base64 JSON: under the object bound; the managed
-    view's page of 50 such Secrets (docs/design.md §3) is under the page bound."""
+def exactly(size: int, head: bytes, tail: bytes = b"") -> bytes:
+    """A JSON object of exactly ``size`` bytes: ``head`` (an object's opening and its members),
+    a padding member, ``tail`` and the closing brace."""
+    pad = size - len(head) - len(tail) - len(b', "pad": ""}')
+    assert pad >= 0
+    body = head + b', "pad": "' + b"p" * pad + b'"' + tail + b"}"
+    assert len(body) == size
+    return body
+
+
+def secret_json(name: str) -> bytes:
+    """A Secret with 1 MiB of data (the most the API server stores), as the API server sends
+    it, without its closing brace."""
+    data = base64.b64encode(b"\xa7" * (1 << 20)).decode()
+    return json.dumps(
+        {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}, "data": {"k": data}}
+    ).encode()[:-1]
+
+
+def test_the_largest_secret_is_read_and_one_byte_over_the_object_bound_is_not() -> None:
+    """Through the client with its default bounds: a Secret of 1 MiB of data (1.37 MiB of
+    JSON) is read; a body of exactly the object bound too, one byte more is refused. Mutations
+    caught: an object bound below the largest Secret, a bound off by one."""
     limits = clients.BodyLimits()
-    largest_secret = (1 << 20) * 4 // 3 + 64 * 1024
-    assert limits.object_bytes > largest_secret
-    assert limits.list_page_bytes > 50 * largest_secret
+    largest = secret_json("big")
+
+    def read(body: bytes) -> objects.Body:
+        api = clients.Client(FakeTransport(fault=lambda _: Reply(200, data=body)))  # type: ignore[arg-type]
+        return api.get(objects.SECRETS, "big", namespace="ns")
+
+    assert len(read(largest + b"}")["data"]["k"]) > 1 << 20
+    assert read(exactly(limits.object_bytes, largest))["kind"] == "Secret"
+    with pytest.raises(clients.BodyTooLarge, match=f"bound of {limits.object_bytes} "):
+        read(exactly(limits.object_bytes + 1, largest))
+
+
+def test_the_managed_views_page_of_50_largest_secrets_is_read_and_one_byte_more_is_not() -> None:
+    """The managed-Secret informer's page (50 Secrets of 1 MiB of data) under the bound the
+    informer gives it, through the client with its default limits; a page of exactly that bound
+    is read, one byte more refused. Mutations caught: a page bound below 50 such Secrets, the
+    informer's bound not reaching the request, a bound off by one."""
+    bound = page_bytes(InformerOptions(page_size=50), metadata_only=False)
+    assert bound <= clients.BodyLimits().list_page_bytes
+    items = b",".join(secret_json(f"s{i}") + b"}" for i in range(50))
+    head = b'{"kind": "SecretList", "metadata": {"resourceVersion": "7"}, "items": [' + items + b"]"
+
+    def page(body: bytes) -> objects.Body:
+        transport = FakeTransport(fault=lambda _: Reply(200, data=body))
+        api = clients.Client(transport)  # type: ignore[arg-type]
+        return api.list(objects.SECRETS, namespace="ns", limit=50, max_bytes=bound)
+
+    assert len(page(head + b"}")["items"]) == 50
+    assert len(page(exactly(bound, head))["items"]) == 50
+    with pytest.raises(clients.BodyTooLarge, match=f"bound of {bound} "):
+        page(exactly(bound + 1, head))
+
+
+def test_a_body_is_held_once_while_it_is_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Memory allocated by reading a 16 MiB body, up to the moment it is handed to the JSON
+    decoder, is about the body, not twice it. Mutation caught: keeping the chunks and joining
+    them (2x the body). The decoder itself is left out: orjson reserves ~12x its input as
+    address space (yyjson's value pool), which only the values it writes make resident."""
+    size = 16 << 20
+    body = exactly(size, b'{"items": []')
+    api = clients.Client(FakeTransport(fault=lambda _: Reply(200, data=body)))  # type: ignore[arg-type]
+    decode = orjson.loads
+    peaks: list[int] = []
+
+    def measured(data: bytes | bytearray) -> object:
+        peaks.append(tracemalloc.get_traced_memory()[1])
+        return decode(data)
+
+    monkeypatch.setattr(orjson, "loads", measured)
+    tracemalloc.start()
+    try:
+        api.list(objects.SECRETS, namespace="ns", max_bytes=size)
+    finally:
+        tracemalloc.stop()
+    assert size < peaks[0] < 1.5 * size, f"{peaks[0]} bytes to read a {size}-byte body"
+
+
+def test_a_list_call_bounds_its_page_below_the_clients_and_never_above() -> None:
+    """``max_bytes`` lowers the page bound for one call; it cannot raise it past the client's
+    ``list_page_bytes``. Mutation caught: the per-call bound ignored, or allowed above."""
+    _, api = client_replying(Reply(200, data=exactly(2 << 20, b'{"items": []')))
+    with pytest.raises(clients.BodyTooLarge, match=f"bound of {1 << 20} "):
+        api.list(objects.SECRETS, namespace="ns", max_bytes=1 << 20)
+    endless = Endless()
+    _, api = client_replying(Reply(200, chunks=endless))
+    with pytest.raises(clients.BodyTooLarge, match=f"bound of {4 << 20} "):
+        api.list(objects.SECRETS, namespace="ns", max_bytes=1 << 30)
+
+
+def test_the_informers_page_bounds_follow_their_view() -> None:
+    """A metadata-only page of 500 is a few MiB, the managed view's page of 50 whole Secrets
+    ~75 MiB, an explicit bound wins (docs/design.md §5)."""
+    assert page_bytes(InformerOptions(), metadata_only=True) == 500 * 16 * 1024
+    assert page_bytes(InformerOptions(page_size=50), metadata_only=False) == 75 << 20
+    assert page_bytes(InformerOptions(page_bytes=1 << 20), metadata_only=False) == 1 << 20
+
+
+def test_an_informer_page_over_its_bound_is_asked_for_again_smaller_and_syncs() -> None:
+    """Objects larger than the view's usual size (heavy annotations on a metadata-only list)
+    make the informer halve its page, keeping its byte bound, instead of failing the list for
+    ever. Mutations caught: no retry, the byte bound not sent, the continue token lost."""
+    names = [f"s{i}" for i in range(6)]
+    annotation = "a" * 3000
+
+    def page(request: Request) -> Reply:
+        query = {k: v[0] for k, v in parse_qs(request.query).items()}
+        if query.get("watch") == "true":
+            stopped.wait(10)
+            return Reply(200, data=b"")
+        start = int(query.get("continue", "0"))
+        chunk = names[start : start + int(query["limit"])]
+        after = start + len(chunk)
+        items = [{"metadata": {"name": n, "annotations": {"big": annotation}}} for n in chunk]
+        meta = {"resourceVersion": "9", "continue": str(after) if after < len(names) else ""}
+        return Reply(200, data=json.dumps({"items": items, "metadata": meta}).encode())
+
+    stopped = threading.Event()
+    transport = FakeTransport(fault=page)
+    options = InformerOptions(page_size=4, page_bytes=8000)
+    informer = Informer(transport.client(), objects.SECRETS, metadata_only=True, options=options)
+    informer.start()
+    try:
+        assert informer.wait_for_sync(10)
+    finally:
+        stopped.set()
+        informer.stop()
+    assert sorted(o["metadata"]["name"] for o in informer.store.items()) == names
+    limits = [parse_qs(r.query).get("limit", [""])[0] for r in transport.requests]
+    assert limits[:3] == ["4", "2", "2"], limits

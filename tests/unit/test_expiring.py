@@ -206,6 +206,30 @@ def test_a_load_failing_on_another_keys_memory_is_remembered_as_that_failure() -
     assert raised.value.error is down
 
 
+def test_a_load_failing_with_a_translation_of_another_keys_failure_remembers_the_original() -> None:
+    """A caller that turns StillFailing into its own error (a note added) before the outer cache
+    sees it: the outer cache keeps the inner failure, not the annotated one, so a later caller's
+    note is added to the original message once. Mutation caught: storing the translation."""
+    backoff = FailureBackoff(first=5, cap=60)
+    inner: ExpiringCache[str, str] = ExpiringCache(8, failures=backoff)
+    outer: ExpiringCache[str, str] = ExpiringCache(8, failures=backoff)
+    down = ConnectionError("discovery failed")
+    with pytest.raises(ConnectionError):
+        inner.get_or_load("issuer", fail(down))
+
+    def via_inner() -> tuple[str, float]:
+        try:
+            return inner.get_or_load("issuer", loader([], "issuer", "never", 60)), 60
+        except StillFailing as still:
+            raise expiring.translated(ConnectionError(f"{still}; noted"), still) from None
+
+    with pytest.raises(ConnectionError, match=r"discovery failed; noted$"):
+        outer.get_or_load("token", via_inner)
+    with pytest.raises(StillFailing) as raised:
+        outer.get_or_load("token", loader([], "token", "never", 60))
+    assert raised.value.error is down
+
+
 def in_flight(cache: ExpiringCache[str, str], key: str) -> threading.Event:
     """Starts a load of ``key`` that lasts until the returned event is set."""
     started, release = threading.Event(), threading.Event()

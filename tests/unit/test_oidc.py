@@ -18,6 +18,9 @@ import pytest
 
 from rotator import errors, oidc
 from rotator.bulkhead import Bulkheads
+from rotator.oidc import grant
+from rotator.oidc.cache import Remembered
+from rotator.oidc.transport import Unusable
 from rotator_devkit.devenv.standins.azure import tls_context
 from tests.support.polling import wait_for
 
@@ -126,6 +129,9 @@ class Issuer:
                     h.wfile.write(b" " * 65536)
             except OSError:
                 return  # the client stopped reading at the cap
+        elif mode == "hostile-error" and not discovery:  # a new, long OAuth error every time
+            error = f"e{len(self.log)}_" + "x" * 200
+            self.reply(h, 400, json.dumps({"error": error}).encode())
         elif mode == "gzip":
             h.send_response(200)
             h.send_header("Content-Encoding", "gzip")
@@ -469,8 +475,8 @@ def test_bulkheads_are_per_key_and_forget_idle_keys() -> None:
         (
             "refuse",
             errors.ProviderRejected,
-            "invalid_client",
-            [("discovery", "200"), ("token", "invalid_client")],
+            "401",
+            [("discovery", "200"), ("token", "401")],
         ),
         ("not-json", errors.ProviderUnavailable, "NotJSON", [("discovery", "NotJSON")]),
         (
@@ -525,6 +531,77 @@ def test_every_oidc_error_carries_its_code_and_each_call_is_observed_once(
     assert "not retried before" in str(remembered.value)
     assert remembered.value.code == code
     assert calls.codes == observed, "a remembered failure calls nobody"
+
+
+def test_an_issuers_oauth_errors_are_shown_capped_and_never_become_metric_labels(
+    issuer: Issuer,
+) -> None:
+    """A tenant's issuer chooses its OAuth ``error``: one answering a new one every time must
+    not grow ``rotator_provider_requests_total`` by a series each (the label and the error's
+    code stay the HTTP status), and a long one is cut in the message. Mutations caught: the
+    OAuth error as the code or label again, the cap dropped."""
+    calls = Calls()
+    tokens = source(observer=calls)
+    shown: list[str] = []
+    for client_id in ("a", "b", "c"):
+        with pytest.raises(errors.ProviderRejected) as refused:
+            tokens.token(client(issuer.issuer("hostile-error"), client_id))
+        assert refused.value.code == "400"
+        shown.append(str(refused.value))
+    assert {code for call, code in calls.codes if call == "token"} == {"400"}
+    assert len(calls.codes) == 4  # one discovery, three token requests
+    assert len(set(shown)) == 3, "each message names its own OAuth error"
+    for message in shown:
+        error = message.split("HTTP 400 ", 1)[1]
+        assert error.startswith("e")
+        assert len(error) == grant.OAUTH_ERROR_SHOWN
+
+
+@pytest.mark.parametrize(
+    "error", ["s3cr3tAlnumClientSecret", "s3cr3tAlnum", "x_s3cr3tAlnumClientSecret"]
+)
+def test_an_oauth_error_that_echoes_the_client_secret_is_not_shown(error: str) -> None:
+    """An issuer that puts the secret (or part of it) in ``error`` gets only its status shown.
+    Mutation caught: the secret check dropped (the charset check alone lets this one through)."""
+    body = json.dumps({"error": error}).encode()
+    with pytest.raises(Unusable) as refused:
+        grant.answer(401, body, secret="s3cr3tAlnumClientSecret")
+    assert (refused.value.failure.code, refused.value.failure.shown) == ("401", "HTTP 401")
+    with pytest.raises(Unusable) as shown:
+        grant.answer(401, body, secret="another-secret")
+    assert shown.value.failure.shown == f"HTTP 401 {error}"
+
+
+def test_remembered_notes_do_not_pile_up_however_many_clients_share_a_failing_issuer() -> None:
+    """A token fetch failing on a discovery failure that is still remembered: the token cache
+    keeps the discovery's first message, so a second client (or a token retry before the
+    discovery's) reads one note, never "…; not retried before A; not retried before B". The
+    code is kept along. Mutation caught: the token cache storing the annotated error."""
+    now = [1000.0]
+    endpoints: Remembered[str] = Remembered(
+        8, backoff=5, clock=lambda: now[0], monotonic=lambda: now[0]
+    )
+    tokens: Remembered[str] = Remembered(
+        8, backoff=5, clock=lambda: now[0], monotonic=lambda: now[0]
+    )
+    message = "OIDC discovery at https://i failed: HTTP 503"
+
+    def discover() -> tuple[str, float]:
+        raise errors.ProviderUnavailable(message, code="503")
+
+    def fetch() -> tuple[str, float]:
+        return endpoints.get(("i",), discover, wait=1, what="discovery"), 100
+
+    seen: list[errors.CredentialError] = []
+    for key, advance in [("a", 1.0), ("a", 10.0), ("a", 1.0), ("b", 1.0), ("b", 1.0), ("a", 0)]:
+        with pytest.raises(errors.ProviderUnavailable) as raised:
+            tokens.get((key,), fetch, wait=1, what="token")
+        seen.append(raised.value)
+        now[0] += advance
+    for error in seen:
+        assert str(error).startswith(message)
+        assert str(error).count("; ") <= 1, str(error)
+        assert error.code == "503"
 
 
 def test_insecure_urls_are_refused_with_their_code(issuer: Issuer, tls_issuer: Issuer) -> None:
