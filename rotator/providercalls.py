@@ -37,6 +37,7 @@ workers at exit, so one hung call would keep a stopping controller from exiting.
 from __future__ import annotations
 
 import contextvars
+import http
 import threading
 import time
 from collections.abc import Callable
@@ -56,6 +57,9 @@ SLOT_WAIT = 1.0
 """Seconds a call waits for a slot of its provider's bulkhead (less if the deadline is nearer)."""
 DEADLINE_EXCEEDED = "DeadlineExceeded"
 """The code of a call that got no complete answer within its deadline."""
+UNKNOWN_STATUS = "UnknownStatus"
+"""The code of an answer whose HTTP status is none that :class:`http.HTTPStatus` registers."""
+_STATUSES = frozenset(int(s) for s in http.HTTPStatus)
 
 T = TypeVar("T")
 
@@ -74,7 +78,19 @@ class Failure:
 
 
 Classifier = Callable[[Exception], Failure | None]
-"""A library's exception → its :class:`Failure`, or None: not the library's, propagate it."""
+"""A library's exception → its :class:`Failure`, or None: not the library's, propagate it.
+
+A failure's ``code`` is the ``code`` label of ``rotator_provider_requests_total``: it must come
+from a fixed set (a provider's documented codes, :func:`status_code`, exception type names),
+never be copied from an answer a tenant's endpoint can write (an OIDC issuer, a GCP key's
+``token_uri``): each new value would be a new metric series for ever."""
+
+
+def status_code(status: int) -> str:
+    """An HTTP status as a failure's code: its number when :class:`http.HTTPStatus` registers
+    it (about sixty), else :data:`UNKNOWN_STATUS` — a server may send any three digits, and
+    one that is a tenant's could otherwise make 900 series of each call."""
+    return str(status) if status in _STATUSES else UNKNOWN_STATUS
 
 
 class ProviderCalls:

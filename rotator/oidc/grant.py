@@ -6,7 +6,8 @@ URL would send it in clear. ``allow_insecure`` (``--allow-insecure-oidc-issuers`
 ``http`` for local development only.
 
 Every error carries a code (:mod:`rotator.errors`): an answer's HTTP status, else what was
-wrong with it (``NotJSON``, ``NoAccessToken``, ``NoTokenEndpoint``…). The code is also the
+wrong with it (``NotJSON``, ``NoAccessToken``, ``NoTokenEndpoint``…); a status no RFC
+registers is ``UnknownStatus`` (:func:`~rotator.providercalls.status_code`). The code is also the
 ``code`` label of ``rotator_provider_requests_total``, and an issuer belongs to a tenant: an
 OAuth ``error`` as the code would let a hostile issuer mint a new metric series with every
 answer. So the codes are a fixed set, and a refusal's OAuth ``error`` (``invalid_client``) goes
@@ -22,7 +23,7 @@ from urllib.parse import urlsplit
 
 from rotator import errors
 from rotator.oidc.transport import Unusable
-from rotator.providercalls import Failure
+from rotator.providercalls import Failure, status_code
 
 REFRESH_MARGIN = 60.0
 """A cached token is replaced when it has less than this many seconds left (or under half its
@@ -107,15 +108,15 @@ def answer(status: int, body: bytes, *, secret: str = "") -> dict[str, object]:
     just sent: an issuer that echoes it must not put it in a condition), a body that is not a
     JSON object is transient."""
     if status >= 500 or status == 429:
-        raise Unusable(Failure(str(status), transient=True, shown=f"HTTP {status}"))
+        raise Unusable(Failure(status_code(status), transient=True, shown=f"HTTP {status}"))
     if 300 <= status < 400:
         shown = f"HTTP {status}: redirects are not followed"
-        raise Unusable(Failure(str(status), transient=False, shown=shown))
+        raise Unusable(Failure(status_code(status), transient=False, shown=shown))
     parsed = _json(body)
     if status >= 400:
         oauth = _oauth_error(parsed, secret)
         shown = f"HTTP {status} {oauth}".rstrip()
-        raise Unusable(Failure(str(status), transient=False, shown=shown))
+        raise Unusable(Failure(status_code(status), transient=False, shown=shown))
     if parsed is None:
         raise Unusable(Failure("NotJSON", transient=True, shown="did not return JSON"))
     if not isinstance(parsed, dict):

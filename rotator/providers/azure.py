@@ -25,7 +25,7 @@ from azure.identity import (
 from rotator import errors, providercalls
 from rotator.credentials import Credential
 from rotator.observe import Observer
-from rotator.providercalls import Failure, ProviderCalls
+from rotator.providercalls import Failure, ProviderCalls, status_code
 from rotator.providers.azure_endpoints import DEFAULT_AUTHORITY, authority_url
 
 PROVIDER = "azure-ad"
@@ -171,7 +171,7 @@ def classify(exc: Exception) -> Failure | None:
     if isinstance(exc, ClientAuthenticationError):
         status = getattr(exc.response, "status_code", None) if exc.response is not None else None
         aadsts = _aadsts(str(exc.message or ""))
-        code = aadsts or (str(status) if status else "unreachable")
+        code = aadsts or (status_code(status) if status else "unreachable")
         rejected = (aadsts is not None and (status is None or status < 500)) or (
             status is not None and 400 <= status < 500 and status != 429
         )

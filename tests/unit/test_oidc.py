@@ -558,6 +558,22 @@ def test_an_issuers_oauth_errors_are_shown_capped_and_never_become_metric_labels
 
 
 @pytest.mark.parametrize(
+    ("status", "code"),
+    [(400, "400"), (503, "503"), (307, "307"), (452, "UnknownStatus"), (999, "UnknownStatus")],
+)
+def test_an_issuers_status_is_a_code_only_when_it_is_a_registered_one(
+    status: int, code: str
+) -> None:
+    """A tenant's issuer may answer any three digits: only a registered HTTP status is the
+    code (and metric label), the number itself stays in the message. Mutation caught: the raw
+    status as the code (900 series per call)."""
+    with pytest.raises(Unusable) as refused:
+        grant.answer(status, b'{"error": "invalid_client"}')
+    assert refused.value.failure.code == code
+    assert f"HTTP {status}" in (refused.value.failure.shown or "")
+
+
+@pytest.mark.parametrize(
     "error", ["s3cr3tAlnumClientSecret", "s3cr3tAlnum", "x_s3cr3tAlnumClientSecret"]
 )
 def test_an_oauth_error_that_echoes_the_client_secret_is_not_shown(error: str) -> None:

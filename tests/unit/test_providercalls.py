@@ -6,23 +6,30 @@ exception no classifier knows propagates unchanged."""
 
 from __future__ import annotations
 
+import functools
+import json
 import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any, NoReturn
+from urllib.parse import urlsplit
 
 import botocore.exceptions
 import google.auth.exceptions
 import pytest
 from azure.core.exceptions import ClientAuthenticationError, ServiceRequestError
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+from prometheus_client import CollectorRegistry
 
+from controllers.reconcilers.metrics import CredentialMetrics
 from rotator import errors
 from rotator.bulkhead import Bulkhead
-from rotator.providercalls import Failure, ProviderCalls
+from rotator.providercalls import Failure, ProviderCalls, status_code
 from rotator.providers import azure
 from rotator.providers.aws.clients import Clients
+from rotator.providers.gcp import adc, federation, keyfile
 from rotator.providers.gcp import common as gcp_common
-from rotator.providers.gcp import federation
 from tests.support.polling import wait_for
 
 SECRET = "s3cr3t-never-shown-9d2c"
@@ -440,6 +447,141 @@ def test_an_unreachable_gcp_is_transient() -> None:
     assert raised.value.code == "TransportError"
     assert str(raised.value) == "GCP TokenExchange failed: unreachable"
     assert observed.calls == [("gcp", "TokenExchange", "TransportError")]
+
+
+@functools.cache
+def private_key_pem() -> str:
+    """A throwaway RSA key for service-account key files (made once; never printed)."""
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    pem = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+    return pem.decode()
+
+
+def key_file(token_uri: str) -> str:
+    """A service-account key whose ``token_uri`` a tenant chose."""
+    return json.dumps(
+        {
+            "type": "service_account",
+            "client_email": "sa@p.iam.gserviceaccount.com",
+            "private_key": private_key_pem(),
+            "private_key_id": "k1",
+            "token_uri": token_uri,
+        }
+    )
+
+
+def provider_series(registry: CollectorRegistry) -> set[tuple[str, str, str]]:
+    """The (provider, call, code) series of ``rotator_provider_requests_total``."""
+    return {
+        (sample.labels["provider"], sample.labels["call"], sample.labels["code"])
+        for metric in registry.collect()
+        if metric.name == "rotator_provider_requests"
+        for sample in metric.samples
+        if sample.name == "rotator_provider_requests_total"
+    }
+
+
+def hostile_answer(i: int) -> tuple[int, dict[str, object]]:
+    """The ``i``-th answer of a tenant's token endpoint, each with an error code of its own:
+    OAuth errors, Google-style statuses and numbers, long and non-ASCII ones."""
+    statuses = (400, 401, 403, 404, 418, 452, 499)
+    shapes: list[dict[str, object]] = [
+        {"error": f"made_up_{i}_" + "x" * 100, "error_description": SECRET},
+        {"error": {"status": f"EVIL_{i}", "code": 400 + i, "message": SECRET}},
+        {"error": {"code": 7000 + i}},
+        {"error": {"code": 590 + i % 10}},
+        {"error": f"ошибка_{i}"},
+        {"error": f"Invalid_Grant{i}"},
+    ]
+    return statuses[i % len(statuses)], shapes[i % len(shapes)]
+
+
+def test_a_tenants_token_uri_cannot_grow_the_provider_metrics_series() -> None:
+    """A service-account key's ``token_uri`` is the tenant's: its endpoint (a new host each
+    time here) may answer any error code. Through the real key-file mint, google-auth's parsing
+    and the metric itself, the series stop growing once the fixed set is reached; each message
+    still names the endpoint's own code, cut to a bounded ASCII word, never its description.
+    Mutations caught: the raw OAuth error, Google status or number as the code again, the
+    word's ASCII filter or cut dropped."""
+    registry = CollectorRegistry()
+    metrics = CredentialMetrics(registry)
+    transport = gcp_common.Transport(metrics)
+    hosts: list[str] = []
+
+    def answer(url: str, **_: Any) -> GoogleResponse:
+        hosts.append(url)
+        status, body = hostile_answer(len(hosts) - 1)
+        return GoogleResponse(status, json.dumps(body).encode())
+
+    transport.request = answer  # type: ignore[assignment]
+
+    def mint(i: int) -> errors.CredentialError:
+        with pytest.raises(errors.ProviderRejected) as refused:
+            keyfile.mint(
+                transport,
+                key_json=key_file(f"https://tenant-{i}.evil.example/token"),
+                where="Secret k key 'key.json'",
+                endpoints=gcp_common.Endpoints(),
+            )
+        return refused.value
+
+    first = [mint(i) for i in range(12)]
+    series = provider_series(registry)
+    later = [mint(i) for i in range(12, 40)]
+    assert len(hosts) == 40
+    assert len({urlsplit(url).hostname for url in hosts}) == 40
+    assert provider_series(registry) == series == {("gcp", "ServiceAccountToken", "Unrecognized")}
+    for refused in first + later:
+        assert refused.code == gcp_common.UNRECOGNIZED
+        said = str(refused).removeprefix("GCP ServiceAccountToken failed: ")
+        word = said.removesuffix(" (not an error code Google uses)")
+        assert said != word, str(refused)
+        assert 0 < len(word) <= 64
+        assert word.isascii()
+        assert SECRET not in str(refused)
+
+
+@pytest.mark.parametrize(
+    ("body", "code"),
+    [
+        ({"error": "invalid_grant"}, "invalid_grant"),
+        ({"error": {"status": "PERMISSION_DENIED", "code": 403}}, "PERMISSION_DENIED"),
+        ({"error": {"code": 404}}, "404"),
+        ({"error": {"code": 599}}, "Unrecognized"),
+        ({"error": {"code": "0404"}}, "Unrecognized"),
+        ({"error": "INVALID_GRANT"}, "Unrecognized"),
+    ],
+)
+def test_google_error_codes_are_kept_and_no_other(body: dict[str, object], code: str) -> None:
+    """The codes Google's token endpoints use stay the code (exact case), an HTTP status only
+    if one is registered. Mutations caught: a known code turned Unrecognized, a case-folded
+    match (every casing of a code would be a series of its own)."""
+    observed, transport = gcp_mint(lambda **_: GoogleResponse(400, json.dumps(body).encode()))
+    with pytest.raises(errors.ProviderRejected) as refused:
+        exchange(transport)
+    assert refused.value.code == code
+    assert observed.calls == [("gcp", "TokenExchange", code)]
+
+
+@pytest.mark.parametrize(
+    ("status", "code"),
+    [(404, "404"), (429, "429"), (503, "503"), (452, "UnknownStatus"), (999, "UnknownStatus")],
+)
+def test_an_http_status_is_a_code_only_when_it_is_a_registered_one(status: int, code: str) -> None:
+    """The one rule for every provider's status codes (OIDC, Azure AD, the GCP metadata
+    server): any three digits a server sends would otherwise be a series each."""
+    assert status_code(status) == code
+    failure = azure.classify(ClientAuthenticationError(message="x", response=AzureResponse(status)))
+    assert failure is not None
+    assert failure.code == code
+    metadata = google.auth.exceptions.TransportError(f"Failed: Status: {status}")
+    failure = adc.classify_adc(metadata)
+    assert failure is not None
+    assert failure.code == code
 
 
 class AzureResponse:

@@ -31,7 +31,7 @@ from google.auth import impersonated_credentials
 from rotator import errors, providercalls
 from rotator.credentials import Credential
 from rotator.observe import Observer
-from rotator.providercalls import Failure, ProviderCalls
+from rotator.providercalls import Failure, ProviderCalls, status_code
 from rotator.providers.gcp.common import (
     DATA_KEY,
     SCOPES,
@@ -173,7 +173,7 @@ def classify_adc(exc: Exception) -> Failure | None:
         status = _status(str(cause))
         if status is None:
             return Failure(type(cause).__name__, transient=True, shown="unreachable")
-        return Failure(str(status), transient=not (400 <= status < 500 and status != 429))
+        return Failure(status_code(status), transient=not (400 <= status < 500 and status != 429))
     return classify(exc)
 
 

@@ -1,6 +1,7 @@
 """What GCP providers share: endpoints, an HTTP transport with a timeout whose calls are fenced by
 :mod:`rotator.providercalls` (bulkhead, deadline, one observation), and google-auth's errors
-classified once (:func:`classify`: messages keep the OAuth error code, never a body).
+classified once (:func:`classify`: messages keep the OAuth error code, never a body; the
+observed code is one of a fixed set, :data:`KNOWN_CODES`).
 
 This module imports google-auth and requests: only the minting modules import it, and they load
 on the first GCP call. The endpoints live in :mod:`~rotator.providers.gcp.endpoints`, which
@@ -21,14 +22,16 @@ import requests
 
 from rotator import providercalls
 from rotator.observe import Observer
-from rotator.providercalls import Failure, ProviderCalls
+from rotator.providercalls import Failure, ProviderCalls, status_code
 from rotator.providers.gcp.endpoints import Endpoints, impersonation_url
 
 __all__ = [
     "DATA_KEY",
+    "KNOWN_CODES",
     "PROVIDER",
     "SCOPES",
     "TRANSIENT_CODES",
+    "UNRECOGNIZED",
     "Endpoints",
     "TimedRequest",
     "Transport",
@@ -53,6 +56,52 @@ TRANSIENT_CODES = frozenset(
     }
 )
 """Error codes worth retrying, compared in lower case (besides google-auth's ``retryable``)."""
+KNOWN_CODES = frozenset(
+    {
+        # OAuth 2.0 (RFC 6749 §4.1.2.1 and §5.2, RFC 6750 §3.1, RFC 8693 §2.2.2)
+        "invalid_request",
+        "invalid_client",
+        "invalid_grant",
+        "unauthorized_client",
+        "unsupported_grant_type",
+        "unsupported_response_type",
+        "invalid_scope",
+        "invalid_target",
+        "invalid_token",
+        "insufficient_scope",
+        "access_denied",
+        "server_error",
+        "temporarily_unavailable",
+        "internal_failure",
+        "unavailable",
+        # Google API statuses (google.rpc.Code), as ``{"error": {"status": …}}`` spells them
+        "CANCELLED",
+        "UNKNOWN",
+        "INVALID_ARGUMENT",
+        "DEADLINE_EXCEEDED",
+        "NOT_FOUND",
+        "ALREADY_EXISTS",
+        "PERMISSION_DENIED",
+        "UNAUTHENTICATED",
+        "RESOURCE_EXHAUSTED",
+        "FAILED_PRECONDITION",
+        "ABORTED",
+        "OUT_OF_RANGE",
+        "UNIMPLEMENTED",
+        "INTERNAL",
+        "UNAVAILABLE",
+        "DATA_LOSS",
+        # rotator's own: an error without a code
+        "refresh_failed",
+    }
+)
+"""The codes a GCP failure may be observed and carried with (exact case), besides an HTTP
+status (:func:`~rotator.providercalls.status_code`) and exception type names. The token
+endpoint of a service-account key is the key's ``token_uri``, which a tenant writes (unless
+the operator replaces it): its answers may say anything, and the code is a metric label."""
+UNRECOGNIZED = "Unrecognized"
+"""The code of an error whose own code is not in :data:`KNOWN_CODES` (shown in the message,
+cut to 64 characters of ``[A-Za-z0-9_.-]``)."""
 
 T = TypeVar("T")
 
@@ -111,18 +160,23 @@ def classify(exc: Exception) -> Failure | None:
     """google-auth's errors: no answer (``TransportError``) is transient and shown as
     "unreachable"; an OAuth error is transient when google-auth says it is ``retryable`` or
     its code is in :data:`TRANSIENT_CODES` (an STS or IAM credentials 5xx says
-    ``UNAVAILABLE``…), else a refusal."""
+    ``UNAVAILABLE``…), else a refusal. Its code is the error's own when Google uses it
+    (:data:`KNOWN_CODES`, an HTTP status), else :data:`UNRECOGNIZED` with the error's own code
+    in the message only."""
     if isinstance(exc, google.auth.exceptions.TransportError):
         return Failure(type(exc).__name__, transient=True, shown="unreachable")
     if isinstance(exc, google.auth.exceptions.GoogleAuthError):  # RefreshError, OAuthError…
-        code = oauth_code(exc)
-        transient = bool(getattr(exc, "retryable", False)) or code.lower() in TRANSIENT_CODES
-        return Failure(code, transient)
+        said = oauth_code(exc)
+        transient = bool(getattr(exc, "retryable", False)) or said.lower() in TRANSIENT_CODES
+        if said in KNOWN_CODES or (said.isdigit() and status_code(int(said)) == said):
+            return Failure(said, transient)
+        return Failure(UNRECOGNIZED, transient, shown=f"{said} (not an error code Google uses)")
     return None
 
 
 def oauth_code(exc: google.auth.exceptions.GoogleAuthError) -> str:
-    """The OAuth ``error`` (or HTTP status) from a RefreshError, nothing else from the body."""
+    """The OAuth ``error`` (or Google API status, or HTTP status) a RefreshError says, nothing
+    else from the body: as the answer wrote it, cut to a word (:func:`classify` bounds it)."""
     for raw in exc.args:
         arg = raw
         if isinstance(raw, str) and raw.startswith("{"):
@@ -141,7 +195,9 @@ def oauth_code(exc: google.auth.exceptions.GoogleAuthError) -> str:
 
 
 def _word(text: str) -> str:
-    return re.sub(r"[^\w.-]", "", text)[:64] or "error"
+    """ASCII letters, digits, ``_``, ``.`` and ``-`` only (``\\w`` would pass any script's
+    letters), at most 64 of them."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "", text)[:64] or "error"
 
 
 def expiry_timestamp(expiry: datetime | None) -> float | None:
