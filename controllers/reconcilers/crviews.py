@@ -69,6 +69,18 @@ from controllers.runtime.objects import Body
 
 _IDENTITY = ("name", "namespace", "uid", "resourceVersion", "generation", "deletionTimestamp")
 ROTATOR_ANNOTATION_PREFIX = "rotator.dev/"
+ITEM_BYTES = 64 << 10
+"""JSON bytes of one policy, backend or route as the API server lists it, at most as usual: the
+byte bound of these views' list pages is the ``limit`` they ask for (500) times this, 32 MiB
+(``chaincache``; ``informer.page_bytes``). Why this figure: the largest measured above is 3.4
+KiB (Helm and Argo CD labels, kubectl's last-applied copy, managedFields of two managers), and
+64 KiB is that nineteen times over — 16 KiB of metadata as the metadata-only Secret view allows,
+the rest for a long route or many conditions. Why not the largest object the API server stores
+(etcd's 1.5 MiB, :data:`~controllers.runtime.informer.ITEM_BYTES`): 500 of those are 750 MiB,
+so the bound was the client's 128 MiB for each of the three views, and those three and the two
+Secret views list at once at start, under the chart's 512 MiB limit (467 MiB of JSON at most;
+now 177 MiB). An object that is larger still (up to 1.5 MiB) makes the page come again with half
+the ``limit``, same bound: 21 of the largest fit in 32 MiB, so a list never fails on size."""
 
 
 def _kept(obj: Body, metadata: Iterable[str]) -> Body:

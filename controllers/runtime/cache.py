@@ -58,15 +58,17 @@ class Cache:
         transform: Transform | None = None,
         page_size: int | None = None,
         page_bytes: int | None = None,
+        item_bytes: int | None = None,
     ) -> Informer:
         """The informer for this view, created on first use (and started if the cache is).
 
         ``transform`` trims each object before it is stored (controller-runtime's
         ``cache.Options.ByObject[...].Transform``): keep only what reconcilers read.
         ``page_size`` overrides the list page size for views whose objects may be large (a
-        page is held whole while it is decoded); ``page_bytes`` the byte bound of a page
-        (default: :func:`~.informer.page_bytes` of the page size and view). They apply when
-        the view is first created.
+        page is held whole while it is decoded); ``page_bytes`` the byte bound of a page, or
+        ``item_bytes`` the bytes of one object of the kind that bound is made of (default:
+        :func:`~.informer.page_bytes` of the page size and view). They apply when the view
+        is first created.
         """
         view = View(resource, metadata_only, label_selector)
         with self._lock:
@@ -77,6 +79,8 @@ class Cache:
                     options = dataclasses.replace(options, page_size=page_size)
                 if page_bytes is not None:
                     options = dataclasses.replace(options, page_bytes=page_bytes)
+                if item_bytes is not None:
+                    options = dataclasses.replace(options, item_bytes=item_bytes)
                 informer = Informer(
                     self._api,
                     resource,

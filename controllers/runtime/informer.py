@@ -66,8 +66,12 @@ class InformerOptions:
     page_size: int = 500
     """Objects per list page. Defaults to 500."""
     page_bytes: int | None = None
-    """Bytes one list page may have; None: ``page_size`` objects of the view's largest usual
-    size (:func:`page_bytes`), at most the client's ``BodyLimits.list_page_bytes``."""
+    """Bytes one list page may have; None: ``page_size`` objects of ``item_bytes``
+    (:func:`page_bytes`), at most the client's ``BodyLimits.list_page_bytes``."""
+    item_bytes: int | None = None
+    """JSON bytes of one object of the kind listed, at most as usual (a larger one makes its
+    page come again smaller); None: the view's (:data:`METADATA_ITEM_BYTES` metadata-only,
+    else :data:`ITEM_BYTES`, the largest object the API server stores)."""
     watch_timeout: tuple[int, int] = (300, 600)
     """Server-side watch timeout, drawn from this range per request. Defaults to 5-10 minutes."""
     backoff_initial: float = 0.8
@@ -85,11 +89,14 @@ ITEM_BYTES = 3 << 19
 
 def page_bytes(options: InformerOptions, *, metadata_only: bool) -> int:
     """The byte bound of a list page of this view: ``options.page_bytes``, else ``page_size``
-    objects of :data:`METADATA_ITEM_BYTES` or :data:`ITEM_BYTES` (the client holds the page to
-    its own ``list_page_bytes`` too). The same bound holds when a page too large is asked for
-    again with a smaller ``limit``, so any one object the API server stores still fits."""
+    (the ``limit`` the informer asks for) objects of ``options.item_bytes``, or of
+    :data:`METADATA_ITEM_BYTES` or :data:`ITEM_BYTES` (the client holds the page to its own
+    ``list_page_bytes`` too). The same bound holds when a page too large is asked for again
+    with a smaller ``limit``, so any one object the API server stores still fits."""
     if options.page_bytes is not None:
         return options.page_bytes
+    if options.item_bytes is not None:
+        return options.page_size * options.item_bytes
     return options.page_size * (METADATA_ITEM_BYTES if metadata_only else ITEM_BYTES)
 
 
@@ -150,6 +157,11 @@ class Informer:
         self._log = log.bind(resource=str(resource))
 
     # --- configuration -----------------------------------------------------------------------
+
+    @property
+    def page_bytes(self) -> int:
+        """The byte bound of each list page this informer asks for (:func:`page_bytes`)."""
+        return page_bytes(self._options, metadata_only=self.metadata_only)
 
     def add_index(self, name: str, func: IndexFunc) -> None:
         self.store.add_index(name, func)
@@ -244,7 +256,7 @@ class Informer:
         items: list[Body] = []
         continue_token: str | None = None
         limit = self._options.page_size
-        max_bytes = page_bytes(self._options, metadata_only=self.metadata_only)
+        max_bytes = self.page_bytes
         while True:
             try:
                 page = self._api.list(

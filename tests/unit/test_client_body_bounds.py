@@ -9,14 +9,18 @@ import base64
 import json
 import threading
 import tracemalloc
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from urllib.parse import parse_qs
 
 import orjson
 import pytest
 
+from controllers.reconcilers import crviews, secretviews
+from controllers.reconcilers.chaincache import ChainCache, chain_cache
 from controllers.runtime import client as clients
 from controllers.runtime import errors, objects
+from controllers.runtime import informer as informer_module
+from controllers.runtime.cache import Cache
 from controllers.runtime.informer import Informer, InformerOptions, page_bytes
 from tests.support.fake_api import FakeTransport, Reply, Request, read_timeout
 
@@ -154,25 +158,74 @@ def test_the_largest_secret_is_read_and_one_byte_over_the_object_bound_is_not() 
         read(exactly(limits.object_bytes + 1, largest))
 
 
-def test_the_managed_views_page_of_50_largest_secrets_is_read_and_one_byte_more_is_not() -> None:
-    """The managed-Secret informer's page (50 Secrets of 1 MiB of data) under the bound the
-    informer gives it, through the client with its default limits; a page of exactly that bound
-    is read, one byte more refused. Mutations caught: a page bound below 50 such Secrets, the
-    informer's bound not reaching the request, a bound off by one."""
-    bound = page_bytes(InformerOptions(page_size=50), metadata_only=False)
+def the_chain() -> ChainCache:
+    """The chain's informers as the composition root makes them (none started)."""
+    return chain_cache(Cache(FakeTransport().client()), {})
+
+
+def custom_json(kind: str, name: str, size: int) -> bytes:
+    """A rotator object of ``size`` bytes of JSON as the API server lists it, without its
+    closing brace."""
+    head = json.dumps(
+        {"apiVersion": "rotator.dev/v1alpha1", "kind": kind, "metadata": {"name": name}}
+    ).encode()[:-1]
+    return exactly(size, head)[:-1]
+
+
+def custom(kind: str) -> Callable[[int], bytes]:
+    """The ``i``-th object of a CRD view's page, of nearly its usual largest size."""
+    return lambda i: custom_json(kind, f"o{i}", crviews.ITEM_BYTES - 16)
+
+
+VIEWS: dict[str, tuple[Callable[[int], bytes], int]] = {
+    # view: (its largest usual object, objects per page)
+    "managed": (lambda i: secret_json(f"s{i}"), secretviews.MANAGED_PAGE_SIZE),
+    "policies": (custom("BackendSecurityPolicy"), InformerOptions().page_size),
+    "backends": (custom("ServiceBackend"), InformerOptions().page_size),
+    "routes": (custom("Route"), InformerOptions().page_size),
+}
+
+
+@pytest.mark.parametrize("view", VIEWS)
+def test_a_views_page_of_its_largest_usual_objects_is_read_and_one_byte_more_is_not(
+    view: str,
+) -> None:
+    """The page of each view that holds whole objects, under the bound the chain's informer
+    gives it, through the client with its default limits: the managed Secrets' 50 Secrets of
+    1 MiB of data, the CRD views' 500 objects of nearly crviews.ITEM_BYTES; a page of exactly
+    that bound is read, one byte more refused. Mutations caught: a page bound below the view's
+    page of its usual largest objects, the chain's bound not reaching the request, a bound off
+    by one."""
+    item, count = VIEWS[view]
+    informer: Informer = getattr(the_chain(), view)
+    bound = informer.page_bytes
     assert bound <= clients.BodyLimits().list_page_bytes
-    items = b",".join(secret_json(f"s{i}") + b"}" for i in range(50))
-    head = b'{"kind": "SecretList", "metadata": {"resourceVersion": "7"}, "items": [' + items + b"]"
+    items = b",".join(item(i) + b"}" for i in range(count))
+    head = b'{"kind": "List", "metadata": {"resourceVersion": "7"}, "items": [' + items + b"]"
 
     def page(body: bytes) -> objects.Body:
         transport = FakeTransport(fault=lambda _: Reply(200, data=body))
         api = clients.Client(transport)  # type: ignore[arg-type]
-        return api.list(objects.SECRETS, namespace="ns", limit=50, max_bytes=bound)
+        return api.list(informer.resource, namespace="ns", limit=count, max_bytes=bound)
 
-    assert len(page(head + b"}")["items"]) == 50
-    assert len(page(exactly(bound, head))["items"]) == 50
+    assert len(page(head + b"}")["items"]) == count
+    assert len(page(exactly(bound, head))["items"]) == count
     with pytest.raises(clients.BodyTooLarge, match=f"bound of {bound} "):
         page(exactly(bound + 1, head))
+
+
+def test_the_pages_listed_at_start_fit_the_charts_memory_limit_and_any_object_fits_one() -> None:
+    """The chain's five informers list at once at start: their page bounds together stay under
+    half the chart's 512 MiB limit (the JSON of a page is held while it is decoded); and each
+    bound holds one object of the largest size the API server stores, so halving the page
+    always gets there. Mutation caught: the CRD views back at the client's 128 MiB each
+    (467 MiB in all), a bound below the largest object."""
+    chain = the_chain()
+    views = [chain.all_secrets, chain.managed, chain.policies, chain.backends, chain.routes]
+    assert sum(v.page_bytes for v in views) <= 256 << 20
+    for custom in (chain.policies, chain.backends, chain.routes):
+        assert custom.page_bytes == InformerOptions().page_size * crviews.ITEM_BYTES
+    assert min(v.page_bytes for v in views) >= informer_module.ITEM_BYTES
 
 
 def test_a_body_is_held_once_while_it_is_read(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -217,12 +270,21 @@ def test_the_informers_page_bounds_follow_their_view() -> None:
     assert page_bytes(InformerOptions(), metadata_only=True) == 500 * 16 * 1024
     assert page_bytes(InformerOptions(page_size=50), metadata_only=False) == 75 << 20
     assert page_bytes(InformerOptions(page_bytes=1 << 20), metadata_only=False) == 1 << 20
+    assert page_bytes(InformerOptions(item_bytes=64 << 10), metadata_only=False) == 500 << 16
 
 
-def test_an_informer_page_over_its_bound_is_asked_for_again_smaller_and_syncs() -> None:
+@pytest.mark.parametrize(
+    "options",
+    [InformerOptions(page_size=4, page_bytes=8000), InformerOptions(page_size=4, item_bytes=2000)],
+    ids=["page_bytes", "item_bytes"],
+)
+def test_an_informer_page_over_its_bound_is_asked_for_again_smaller_and_syncs(
+    options: InformerOptions,
+) -> None:
     """Objects larger than the view's usual size (heavy annotations on a metadata-only list)
-    make the informer halve its page, keeping its byte bound, instead of failing the list for
-    ever. Mutations caught: no retry, the byte bound not sent, the continue token lost."""
+    make the informer halve its page, keeping its byte bound — given whole, or per object as
+    the CRD views give it — instead of failing the list for ever. Mutations caught: no retry,
+    the byte bound not sent, the continue token lost."""
     names = [f"s{i}" for i in range(6)]
     annotation = "a" * 3000
 
@@ -240,7 +302,6 @@ def test_an_informer_page_over_its_bound_is_asked_for_again_smaller_and_syncs() 
 
     stopped = threading.Event()
     transport = FakeTransport(fault=page)
-    options = InformerOptions(page_size=4, page_bytes=8000)
     informer = Informer(transport.client(), objects.SECRETS, metadata_only=True, options=options)
     informer.start()
     try:
