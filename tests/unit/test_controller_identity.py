@@ -17,9 +17,8 @@ import google.auth.exceptions
 import pytest
 from azure.core.exceptions import ClientAuthenticationError
 from azure.identity import CredentialUnavailableError
-from prometheus_client import CollectorRegistry
 
-from controllers.reconcilers import api, derived, echoes, secretviews
+from controllers.reconcilers import api, derived
 from controllers.reconcilers.credentialsources import (
     CONTROLLER_IDENTITY_FLAG,
     ControllerIdentityNotAllowed,
@@ -32,13 +31,10 @@ from controllers.reconcilers.credentialsources.aws import AWSCredentialsSource
 from controllers.reconcilers.credentialsources.azure import AzureCredentialsSource
 from controllers.reconcilers.credentialsources.gcp import GCPCredentialsSource
 from controllers.reconcilers.credentialsources.lazy import Lazy
-from controllers.reconcilers.metrics import CredentialMetrics
-from controllers.reconcilers.policy import PolicyReconciler
 from controllers.reconcilers.tokens import ServiceAccountTokens
 from controllers.runtime import clock as clocks
 from controllers.runtime import objects
 from controllers.runtime.reconcile import Request
-from controllers.runtime.store import Store
 from rotator import errors, oidc
 from rotator.credentials import Credential
 from rotator.observe import NoObserver
@@ -47,7 +43,7 @@ from rotator.providers import azure
 from rotator.providers.aws.identity import ControllerIdentity
 from rotator.providers.gcp import adc
 from rotator.providers.gcp.common import DATA_KEY, Endpoints, Transport
-from tests.support import memapi
+from tests.support import policyworld
 
 SCOPE = "https://cognitiveservices.azure.com/.default"
 LATER = datetime.datetime(2030, 1, 1, 12, 0, 0)  # google-auth's naive UTC
@@ -296,33 +292,15 @@ class Reconciling:
     (tests/support/memapi.py) and a fake clock; the policy ``p`` in namespace ``team-a``."""
 
     def __init__(self, cloud: Cloud, namespaces: frozenset[str]) -> None:
-        self.api, self.events = memapi.MemAPI(), memapi.RecordedEvents()
-        self.registry = CollectorRegistry()
-        self.managed, policies = Store(), Store()
-        self.api.feed(api.POLICIES, policies)
-        self.api.feed(objects.SECRETS, self.managed, view=secretviews.managed)
-        self.policy: dict[str, Any] = self.api.put(
-            api.POLICIES,
-            {
-                "apiVersion": api.API_VERSION,
-                "kind": "BackendSecurityPolicy",
-                "metadata": {"name": "p", "namespace": NS_A, "uid": "u", "generation": 1},
-                "spec": cloud.spec,
-            },
-        )
-        self.reconciler = PolicyReconciler(
-            api_client=self.api,
-            policies=policies,
-            managed_secrets=self.managed,
-            secrets=memapi.FullBodies(self.api),  # an identity spec reads no Secret
-            secret_versions=Store(),
-            sources={cloud.spec["type"]: cloud.source},
-            recorder=self.events,
-            metrics=CredentialMetrics(self.registry),
-            own_writes=echoes.OwnWrites(),
+        world = policyworld.policy_world(
+            NS_A,
+            cloud.spec,
+            {cloud.spec["type"]: cloud.source},  # an identity spec reads no Secret
             clock=clocks.FakeClock(NOW),
             controller_identity_namespaces=namespaces,
         )
+        self.api, self.events, self.registry = world.api, world.events, world.registry
+        self.managed, self.policy, self.reconciler = world.managed, world.policy, world.reconciler
 
     def serve(self) -> None:
         """A fresh credential, minted under an earlier list: issued a minute ago, for an hour."""

@@ -186,15 +186,22 @@ def test_only_the_failures_asked_for_are_remembered() -> None:
     assert cache.get_or_load("a", loader([], "a", "up", 60)) == "up"
 
 
-def test_a_load_failing_on_another_keys_memory_is_remembered_as_that_failure() -> None:
-    """A token fetch that fails because its issuer's discovery is still failing keeps the
-    discovery's error, not a wrapper of a wrapper."""
+def inner_down() -> tuple[ExpiringCache[str, str], ExpiringCache[str, str], ConnectionError]:
+    """Two caches on one backoff (an issuer's discovery, its tokens), the inner one remembering
+    the failure of key ``issuer``: that failure is the third."""
     backoff = FailureBackoff(first=5, cap=60)
     inner: ExpiringCache[str, str] = ExpiringCache(8, failures=backoff)
     outer: ExpiringCache[str, str] = ExpiringCache(8, failures=backoff)
     down = ConnectionError("discovery failed")
     with pytest.raises(ConnectionError):
         inner.get_or_load("issuer", fail(down))
+    return inner, outer, down
+
+
+def test_a_load_failing_on_another_keys_memory_is_remembered_as_that_failure() -> None:
+    """A token fetch that fails because its issuer's discovery is still failing keeps the
+    discovery's error, not a wrapper of a wrapper."""
+    inner, outer, down = inner_down()
 
     def via_inner() -> tuple[str, float]:
         return inner.get_or_load("issuer", loader([], "issuer", "never", 60)), 60
@@ -210,12 +217,7 @@ def test_a_load_failing_with_a_translation_of_another_keys_failure_remembers_the
     """A caller that turns StillFailing into its own error (a note added) before the outer cache
     sees it: the outer cache keeps the inner failure, not the annotated one, so a later caller's
     note is added to the original message once. Mutation caught: storing the translation."""
-    backoff = FailureBackoff(first=5, cap=60)
-    inner: ExpiringCache[str, str] = ExpiringCache(8, failures=backoff)
-    outer: ExpiringCache[str, str] = ExpiringCache(8, failures=backoff)
-    down = ConnectionError("discovery failed")
-    with pytest.raises(ConnectionError):
-        inner.get_or_load("issuer", fail(down))
+    inner, outer, down = inner_down()
 
     def via_inner() -> tuple[str, float]:
         try:

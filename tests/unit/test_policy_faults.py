@@ -10,18 +10,16 @@ from typing import Any, cast
 import pytest
 from prometheus_client import CollectorRegistry
 
-from controllers.reconcilers import api, derived, echoes, secretviews
+from controllers.reconcilers import api, derived
 from controllers.reconcilers.credentialsources import CredentialSource, SourceContext
 from controllers.reconcilers.metrics import CredentialMetrics
-from controllers.reconcilers.policy import PolicyReconciler
 from controllers.runtime import clock as clocks
 from controllers.runtime import objects
 from controllers.runtime.reconcile import Request
-from controllers.runtime.store import Store
 from rotator import errors
 from rotator.credentials import Credential
 from rotator.providers.aws import iam
-from tests.support import memapi
+from tests.support import policyworld
 
 NS = "ns"
 NOW = 1_700_000_000.0
@@ -51,34 +49,16 @@ class World:
     managed-Secret view, as the controller's) it feeds; the policy reconciler over them."""
 
     def __init__(self) -> None:
-        self.api = memapi.MemAPI()
-        self.events = memapi.RecordedEvents()
-        self.registry = CollectorRegistry()
         self.source = ScriptedSource()
-        self.policies, self.managed = Store(), Store()
-        self.api.feed(api.POLICIES, self.policies)
-        self.api.feed(objects.SECRETS, self.managed, view=secretviews.managed)
-        self.policy: dict[str, Any] = self.api.put(
-            api.POLICIES,
-            {
-                "apiVersion": api.API_VERSION,
-                "kind": "BackendSecurityPolicy",
-                "metadata": {"name": "p", "namespace": NS, "uid": "u", "generation": 1},
-                "spec": {"type": "AWSCredentials", "awsCredentials": {"region": "us-east-1"}},
-            },
-        )
-        self.reconciler = PolicyReconciler(
-            api_client=self.api,
-            policies=self.policies,
-            managed_secrets=self.managed,
-            secrets=memapi.FullBodies(self.api),
-            secret_versions=Store(),
-            sources={"AWSCredentials": self.source},
-            recorder=self.events,
-            metrics=CredentialMetrics(self.registry),
-            own_writes=echoes.OwnWrites(),
+        world = policyworld.policy_world(
+            NS,
+            {"type": "AWSCredentials", "awsCredentials": {"region": "us-east-1"}},
+            {"AWSCredentials": self.source},
             clock=clocks.FakeClock(NOW),
         )
+        self.api, self.events, self.registry = world.api, world.events, world.registry
+        self.policies, self.managed = world.policies, world.managed
+        self.policy, self.reconciler = world.policy, world.reconciler
 
     def serve(self, credential: Credential, **annotations: str) -> None:
         """The derived Secret as a previous run applied it, with ``annotations`` edited in."""
