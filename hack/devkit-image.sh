@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Builds the dev-kit image: the product plus the dev kit (moto[server], PyJWT, rotator_devkit) and
-# config/samples, whose entry point runs the provider stand-ins in a test cluster
-# (python -m rotator_devkit.incluster). A test image, never the product; built like it
+# Builds the dev-kit image: the product plus the dev kit (moto[server], PyJWT, rotator_devkit, the
+# LiteLLM proxy of its gateway extra) and config/samples, whose entry point runs the provider
+# stand-ins in a test cluster (python -m rotator_devkit.incluster; tests/kind/test_litellm.py runs
+# its `litellm` command too). A test image, never the product; built like it
 # (hack/lib/buildah.sh), FROM the same locally made base, never from a registry.
 #
 #   IMAGE=name      the tag (default localhost/rotator-devkit:dev)
@@ -39,11 +40,13 @@ uid=$(b run --isolation chroot "$ctr" -- id -u)
 # The stand-ins' entry point, its dependencies and the samples it registers are all there.
 b run --isolation chroot "$ctr" -- python -c '
 import importlib.util, pathlib, sys
-missing = [m for m in ("rotator", "controllers", "rotator_devkit.incluster.main", "moto.server", "jwt", "flask")
+missing = [m for m in ("rotator", "controllers", "rotator_devkit.incluster.main", "moto.server", "jwt", "flask",
+                       "litellm")
            if importlib.util.find_spec(m) is None]
+missing += [c for c in ("/opt/rotator/bin/litellm",) if not pathlib.Path(c).is_file()]
 samples = pathlib.Path("/opt/rotator-devkit/samples/kustomization.yaml")
 sys.exit(f"image: missing {missing or samples}" if missing or not samples.is_file() else 0)'
-echo "image: $tag runs as uid $uid and holds the stand-ins' entry point, moto and the samples" >&2
+echo "image: $tag runs as uid $uid and holds the stand-ins' entry point, moto, litellm and the samples" >&2
 
 if [[ -n ${ARCHIVE:-} ]]; then
   write_archive "$tag" "$ARCHIVE"

@@ -68,20 +68,23 @@ def backend_and_route(name: str, namespace: str, **route_spec: Any) -> list[dict
     ]
 
 
+def caller(namespace: str) -> dict[str, Any]:
+    """The :data:`CALLER` ServiceAccount, opted in for every policy of its namespace."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": {
+            "name": CALLER,
+            "namespace": namespace,
+            "annotations": {rapi.ALLOWED_POLICIES_ANNOTATION: "*"},
+        },
+    }
+
+
 def sts_chains(namespace: str, count: int, *, prefix: str = "sts") -> list[dict[str, Any]]:
     """``count`` chains whose policies exchange the :data:`CALLER` ServiceAccount's token for
     STS sessions (``AssumeRoleWithWebIdentity``), the ServiceAccount first."""
-    docs: list[dict[str, Any]] = [
-        {
-            "apiVersion": "v1",
-            "kind": "ServiceAccount",
-            "metadata": {
-                "name": CALLER,
-                "namespace": namespace,
-                "annotations": {rapi.ALLOWED_POLICIES_ANNOTATION: "*"},
-            },
-        }
-    ]
+    docs = [caller(namespace)]
     for i in range(count):
         name = f"{prefix}-{i:03d}"
         source = {"serviceAccountName": CALLER, "awsRoleArn": ROLE_ARN}

@@ -38,6 +38,7 @@ ORDER = (
     "test_metrics.py",
     "test_kept_cluster.py",
     "test_chains.py",
+    "test_litellm.py",
     "test_faults.py",
     "test_upgrade.py",
 )

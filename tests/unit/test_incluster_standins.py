@@ -15,13 +15,16 @@ from typing import Any
 
 import jwt
 import pytest
+import yaml
 from cryptography.hazmat.primitives.asymmetric import rsa
 from jwt.algorithms import RSAAlgorithm
 
+from controllers.reconcilers import api as rapi
 from rotator_devkit.devenv.providers import Placement, ProviderStandIns
 from rotator_devkit.incluster import cluster, samples, settings
 from rotator_devkit.incluster.admin import AdminEndpoint
 from tests.kind import standins as kind_standins
+from tests.support import gatewayload
 
 ISSUER = "https://kubernetes.default.svc.cluster.local"
 REPO = Path(__file__).resolve().parents[2]
@@ -294,6 +297,60 @@ def test_a_stand_in_can_be_made_to_fail_through_the_admin_endpoint(
     assert call(admin.url + "/mode", {"standIn": "gcp", "mode": "sideways"})[0] == 400
 
 
+def chat(url: str, key: str) -> int:
+    body = json.dumps({"model": "gpt", "messages": []}).encode()
+    request = urllib.request.Request(
+        url + "/v1/chat/completions", data=body, headers={"Authorization": f"Bearer {key}"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            return int(answer.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+
+
+def test_the_model_upstreams_take_keys_and_tell_what_they_received_by_label_only(
+    placed: tuple[ProviderStandIns, AdminEndpoint],
+) -> None:
+    standins, admin = placed
+    old, new = "sk-upstream-old-0001", "sk-upstream-new-0002"
+    assert call(admin.url + "/accept", {"keys": [old]}) == (200, {"accepted": 1})
+    openai = standins.upstreams()["openai"].url
+    assert chat(openai, old) == 200
+    assert chat(openai, new) == 401  # never given: unknown
+    call(admin.url + "/accept", {"keys": [new]})
+    assert chat(openai, old) == 401  # retired: its overlap is over
+    assert chat(openai, new) == 200
+    status, received = call(admin.url + "/upstreams")
+    assert status == 200
+    assert set(received) == {"openai", "bedrock", "azure-openai"}
+    verdicts = [(row[2], row[3]) for row in received["openai"]]
+    label = standins.openai.label
+    assert verdicts == [
+        ("current", label(old)),
+        ("unknown", label(new)),
+        ("expired", label(old)),
+        ("current", label(new)),
+    ]
+    assert old not in json.dumps(received)
+    assert new not in json.dumps(received)
+    assert call(admin.url + "/accept", {"keys": ["", 3]})[0] == 400
+
+
+def test_the_lifetime_of_what_the_issuers_mint_is_set_through_the_admin_endpoint(
+    placed: tuple[ProviderStandIns, AdminEndpoint],
+) -> None:
+    standins, admin = placed
+    assert call(admin.url + "/lifetime", {"seconds": 150}) == (200, {"seconds": 150})
+    assert standins.sts is not None
+    assert standins.azure is not None
+    assert (standins.lifetime, standins.sts.lifetime, standins.azure.lifetime) == (150, 150, 150)
+    assert standins.gcp.lifetime == standins.imds.lifetime == standins.metadata.lifetime == 150
+    for bad in (0, -1, True, "150", 1.5):
+        assert call(admin.url + "/lifetime", {"seconds": bad})[0] == 400, bad
+    assert standins.sts.lifetime == 150
+
+
 # --- the cluster's issuer ---------------------------------------------------------------------
 
 
@@ -342,3 +399,25 @@ def test_reading_the_issuer_is_retried_until_its_deadline() -> None:
         cluster.with_retries(
             lambda: api.request("GET", "x"), timeout=3, monotonic=lambda: now[0], pause=pause
         )
+
+
+def test_the_litellm_deployment_opts_in_mounts_its_route_config_and_keeps_a_proxy_ready() -> None:
+    """tests/kind/manifests/litellm.yaml, which docs/operations.md points users at."""
+    manifest = REPO / "tests" / "kind" / "manifests" / "litellm.yaml"
+    docs = {d["kind"]: d for d in yaml.safe_load_all(manifest.read_text())}
+    deployment = docs["Deployment"]
+    template = deployment["spec"]["template"]
+    assert gatewayload.ANNOTATION in template["metadata"]["annotations"]
+    assert deployment["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+    pod = template["spec"]
+    secrets = [v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v]
+    assert secrets == [rapi.route_config_secret_name(gatewayload.ROUTE)]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    container = pod["containers"][0]
+    assert container["imagePullPolicy"] == "Never"
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert "readinessProbe" in container
+    assert "preStop" in container["lifecycle"]

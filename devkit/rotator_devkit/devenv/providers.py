@@ -1,6 +1,8 @@
 """The provider stand-ins as one set: moto (AWS, server mode) behind the STS and IAM proxies, the
-OIDC issuer, Google's and Azure AD's token services, and the controller's own identity (EKS Pod
-Identity's container credentials, an Azure IMDS, a GCE metadata server) — started together,
+OIDC issuer, Google's and Azure AD's token services, the controller's own identity (EKS Pod
+Identity's container credentials, an Azure IMDS, a GCE metadata server) and the model APIs a
+gateway sends traffic to (OpenAI, Bedrock runtime, Azure OpenAI: :mod:`.standins.upstreams`,
+checking credentials against what these issuers issued) — started together,
 made to trust a cluster's service-account issuer, told what policies name (:meth:`register`),
 and described to the controller (:meth:`controller_env`).
 
@@ -37,6 +39,12 @@ from rotator_devkit.devenv.standins.httpstub import Stub
 from rotator_devkit.devenv.standins.iam import IAMProxy
 from rotator_devkit.devenv.standins.oidc import OIDCIssuer
 from rotator_devkit.devenv.standins.sts import STSProxy
+from rotator_devkit.devenv.standins.upstreams import (
+    AzureOpenAIStandIn,
+    BedrockStandIn,
+    ModelUpstream,
+    OpenAIStandIn,
+)
 
 AUDIENCE = "sts.amazonaws.com"
 CONTROLLER_ROLE = "arn:aws:iam::123456789012:role/rotator-controller"
@@ -57,8 +65,12 @@ STAND_INS = (
     "pod-identity",
     "imds",
     "gce-metadata",
+    "openai",
+    "bedrock",
+    "azure-openai",
 )
-"""Every server of the set, by the name :attr:`Placement.ports` and :meth:`calls` use."""
+"""Every server of the set, by the name :attr:`Placement.ports` and :meth:`calls` use (the
+last three: model API stand-ins, :meth:`ProviderStandIns.upstreams`)."""
 
 
 @dataclass(frozen=True)
@@ -111,6 +123,9 @@ class ProviderStandIns:
         # The controller's own identity: a managed identity (IMDS) and a GKE metadata server.
         self.imds = ManagedIdentityStandIn(lifetime=lifetime)
         self.metadata = GCEMetadataServer(self.gcp, lifetime=lifetime)
+        self.openai = OpenAIStandIn()
+        self.bedrock: BedrockStandIn | None = None
+        self.azure_openai: AzureOpenAIStandIn | None = None
         self.ca_file: Path | None = None
         self.cluster_issuer: str | None = None
         self._tls: ssl.SSLContext | None = None
@@ -157,6 +172,23 @@ class ProviderStandIns:
         self.azure = self._placed("azure", azure).start()
         self._started.append(self.azure)
         self.azure.trust.add(self.oidc.issuer, self.oidc.jwks())
+        # the model APIs, plain HTTP (a gateway's backend may say tls.enabled: false)
+        self._started.append(self._placed("openai", self.openai).start())
+        self.bedrock = self._placed("bedrock", BedrockStandIn(self.sts.keyring)).start()
+        self._started.append(self.bedrock)
+        self.azure_openai = self._placed("azure-openai", AzureOpenAIStandIn(self.azure)).start()
+        self._started.append(self.azure_openai)
+
+    def set_lifetime(self, seconds: int) -> None:
+        """The lifetime of what the issuers mint from now on (STS sessions, Azure AD and Google
+        tokens, the controller's own identity); what they minted keeps its end."""
+        assert seconds > 0
+        assert self.sts is not None
+        assert self.azure is not None
+        assert self.pod_identity is not None
+        self.lifetime = seconds
+        self.sts.lifetime = self.azure.lifetime = self.pod_identity.lifetime = seconds
+        self.gcp.lifetime = self.imds.lifetime = self.metadata.lifetime = seconds
 
     def stop(self) -> None:
         """Stops every server at once (each takes up to its poll interval, half a second)."""
@@ -365,7 +397,14 @@ class ProviderStandIns:
             "pod-identity": self.pod_identity,
             "imds": self.imds,
             "gce-metadata": self.metadata,
+            **self.upstreams(),
         }
+
+    def upstreams(self) -> dict[str, ModelUpstream]:
+        """The model API stand-ins by name (``openai``, ``bedrock``, ``azure-openai``)."""
+        assert self.bedrock is not None
+        assert self.azure_openai is not None
+        return {"openai": self.openai, "bedrock": self.bedrock, "azure-openai": self.azure_openai}
 
     def calls(self) -> dict[str, int]:
         """Every counter of every stand-in, as ``<stand-in>.<what>``: the provider actions

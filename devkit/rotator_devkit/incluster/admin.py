@@ -12,7 +12,13 @@ only the test cluster that runs it, and hands out the secrets it issued, for lea
   pointed here, service-account keys this GCP trusts): what to apply;
 * ``POST /register`` — ``{"policies": [...], "secrets": [...]}`` (BackendSecurityPolicy and
   Secret objects): what they name becomes known; answers the same lists as registered;
-* ``POST /mode`` — ``{"standIn": "sts", "mode": "ok" | "fail" | "hang"}``.
+* ``POST /mode`` — ``{"standIn": "sts", "mode": "ok" | "fail" | "hang"}``;
+* ``GET /upstreams`` — every request the model API stand-ins received, by name (``openai``,
+  ``bedrock``, ``azure-openai``): rows ``[at, path, verdict, credential]``, the credential a
+  label, never its bytes (:meth:`ModelUpstream.label`);
+* ``POST /accept`` — ``{"keys": [...]}``: the API keys the OpenAI stand-in accepts from now on
+  (a key accepted before and not now is retired: a request with it is ``expired``);
+* ``POST /lifetime`` — ``{"seconds": n}``: what the issuers mint from now on lives ``n`` s.
 """
 
 from __future__ import annotations
@@ -70,10 +76,13 @@ class AdminEndpoint(Stub):
             "/calls": self.standins.calls,
             "/issued": lambda: {"values": sorted(self.standins.issued())},
             "/samples": lambda: {"items": self.samples},
+            "/upstreams": lambda: {n: u.seen_json() for n, u in self.standins.upstreams().items()},
         }
         writes: dict[str, Callable[[dict[str, Any]], Any]] = {
             "/register": self.register,
             "/mode": self._mode,
+            "/accept": self._accept,
+            "/lifetime": self._lifetime,
         }
         if method == "GET" and path in reads:
             self._json(handler, 200, reads[path]())
@@ -94,6 +103,20 @@ class AdminEndpoint(Stub):
         stub = self.standins.stubs()[str(request["standIn"])]
         stub.set_mode(str(request["mode"]))
         return {"standIn": request["standIn"], "mode": stub.mode}
+
+    def _accept(self, request: dict[str, Any]) -> dict[str, Any]:
+        keys = request["keys"]
+        if not isinstance(keys, list) or not all(isinstance(k, str) and k for k in keys):
+            raise TypeError("keys is not a list of non-empty strings")
+        self.standins.openai.accept(*keys)
+        return {"accepted": len(keys)}
+
+    def _lifetime(self, request: dict[str, Any]) -> dict[str, Any]:
+        seconds = request["seconds"]
+        if not isinstance(seconds, int) or isinstance(seconds, bool) or seconds <= 0:
+            raise ValueError("seconds is not a positive whole number")
+        self.standins.set_lifetime(seconds)
+        return {"seconds": seconds}
 
     def _json(self, handler: BaseHTTPRequestHandler, status: int, body: Any) -> None:
         self.reply(handler, status, json.dumps(body).encode(), "application/json")

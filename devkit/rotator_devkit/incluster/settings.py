@@ -29,6 +29,9 @@ PORTS: dict[str, int] = {
     "pod-identity": 5006,
     "imds": 5007,
     "gce-metadata": 5008,
+    "openai": 5009,
+    "bedrock": 5010,
+    "azure-openai": 5011,
 }
 """Stand-in → port; the Service's port names are these names."""
 TLS = frozenset({"oidc", "azure", "pod-identity"})

@@ -20,6 +20,7 @@ injected (``now``) so the verdicts follow the same time as the issuers'.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 import time
@@ -56,16 +57,21 @@ class ModelUpstream(Stub):
         self.now = now
         self.seen: list[Seen] = []
         self._seen_lock = threading.Lock()
-        self._labels: dict[str, str] = {}
 
     def seen_snapshot(self) -> list[Seen]:
         with self._seen_lock:
             return list(self.seen)
 
-    def label(self, credential: str) -> str:
-        """A stable name for a credential (``#1``, ``#2``, … in order of first sight)."""
-        with self._seen_lock:
-            return self._labels.setdefault(credential, f"#{len(self._labels) + 1}")
+    @staticmethod
+    def label(credential: str) -> str:
+        """A stable name for a credential that is not the credential: ``#`` and the start of
+        its SHA-256, so that a test elsewhere (the kind suite, beside a Pod of these) names the
+        credential it read from a derived Secret the same way."""
+        return "#" + hashlib.sha256(credential.encode()).hexdigest()[:12]
+
+    def seen_json(self) -> list[list[Any]]:
+        """:meth:`seen_snapshot` as JSON rows ``[at, path, verdict, credential]``."""
+        return [[s.at, s.path, s.verdict, s.credential] for s in self.seen_snapshot()]
 
     def handle(self, handler: BaseHTTPRequestHandler, method: str, body: bytes) -> None:
         path = handler.path.split("?")[0]

@@ -1,0 +1,191 @@
+"""What the two LiteLLM load tests share — tests/e2e/test_litellm.py (the proxy as processes
+beside envtest) and tests/kind/test_litellm.py (the proxy as a Deployment in kind): the Route
+under test, one model per credential type LiteLLM supports; the rotations each policy made, read
+from its derived Secret; which of them reached the upstream stand-in; and the figures printed.
+
+Credentials are named by :meth:`upstreams.ModelUpstream.label` (a hash prefix) or, for AWS, by
+the access key id, never by their bytes: a label can be printed and compared across processes.
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from controllers.reconcilers import api as rapi
+from controllers.runtime import clock as clocks
+from rotator_devkit.devenv.standins import upstreams
+
+ROUTE = "llm"
+DEPLOYMENT = "litellm"
+"""The proxy's Deployment, the Route's ``rolloutRestartTargets``."""
+ANNOTATION = rapi.ROLLOUT_ANNOTATION_PREFIX + ROUTE
+"""The pod-template annotation rotator rolls the proxy out by (its value: the config hash)."""
+TENANT = "00000000-0000-0000-0000-0000000000aa"
+CLAUDE = "anthropic.claude-3-haiku-20240307-v1:0"
+MODELS = {"gpt": "APIKey", CLAUDE: "AWSCredentials", "azure-gpt": "AzureCredentials"}
+"""Model name → the credential type of the backend serving it."""
+POLICIES = {"APIKey": "openai", "AWSCredentials": "bedrock", "AzureCredentials": "azure"}
+"""Credential type → the policy (and ServiceBackend) of that name."""
+SCHEMAS = {"openai": "OpenAI", "bedrock": "AWSBedrock", "azure": "AzureOpenAI"}
+ROTATIONS = 3
+WANTED = {"APIKey": 1, "AWSCredentials": ROTATIONS, "AzureCredentials": ROTATIONS}
+"""Rotations whose new credential must reach the upstream, per type (the API key is rotated
+once, by hand: it does not expire)."""
+RATE = 4.0
+"""Requests per second through the gateway, over the three models in turn."""
+EARLY = {"renewBeforePercentage": 67}
+"""Renewed with two thirds of the lifetime left: a rollout (rotator's window, a new proxy's
+start) must fit before the old credential expires."""
+
+Rotations = dict[str, list[tuple[float, str]]]
+"""Credential type → (issued at, label) of each credential its policy served, in order."""
+
+
+def bedrock_spec(role_arn: str, service_account: str) -> dict[str, Any]:
+    return {
+        "type": "AWSCredentials",
+        "targetRefs": [{"name": POLICIES["AWSCredentials"]}],
+        "awsCredentials": {
+            "region": "us-east-1",
+            "serviceAccountToken": {
+                "serviceAccountName": service_account,
+                "awsRoleArn": role_arn,
+            },
+        },
+        "rotation": EARLY,
+    }
+
+
+def azure_spec(client_id: str, secret: str) -> dict[str, Any]:
+    return {
+        "type": "AzureCredentials",
+        "targetRefs": [{"name": POLICIES["AzureCredentials"]}],
+        "azureCredentials": {
+            "clientID": client_id,
+            "tenantID": TENANT,
+            "clientSecretRef": {"name": secret},
+        },
+        "rotation": EARLY,
+    }
+
+
+def backend_spec(name: str, host: str, port: int) -> dict[str, Any]:
+    endpoint = {"host": host, "port": port, "tls": {"enabled": False}}
+    return {"schema": SCHEMAS[name], "endpoint": endpoint}
+
+
+def route_spec() -> dict[str, Any]:
+    by_type = {kind: model for model, kind in MODELS.items()}
+    rules = [
+        {"matches": [{"modelName": by_type[kind]}], "backendRefs": [{"name": policy}]}
+        for kind, policy in POLICIES.items()
+    ]
+    return {
+        "rules": rules,
+        "output": {"format": "LiteLLM"},
+        "rolloutRestartTargets": [{"kind": "Deployment", "name": DEPLOYMENT}],
+    }
+
+
+def complete(config: str | None) -> bool:
+    """Whether a rendered configuration serves every model."""
+    return config is not None and all(f"model_name: {m}" in config for m in MODELS)
+
+
+def config_text(secret: Mapping[str, Any] | None) -> str | None:
+    """The ``config.yaml`` of a route config Secret."""
+    if secret is None:
+        return None
+    return base64.b64decode((secret.get("data") or {})[rapi.ROUTE_CONFIG_KEY]).decode()
+
+
+def record(
+    rotations: Rotations,
+    kind: str,
+    secret: Mapping[str, Any] | None,
+    *,
+    now: Callable[[], float] = time.time,
+) -> str | None:
+    """Notes the credential a policy's derived Secret holds, if new (issued at its
+    ``issued-at`` annotation, or ``now()`` without one); returns its secret value for a leak
+    scan's list (the API key or token; for AWS, whose label is the access key id, None)."""
+    if secret is None:
+        return None
+    data = {k: base64.b64decode(v).decode() for k, v in (secret.get("data") or {}).items()}
+    if kind == "AWSCredentials":
+        line = next(
+            (
+                x
+                for x in data.get("credentials", "").splitlines()
+                if x.startswith("aws_access_key_id")
+            ),
+            "",
+        )
+        label = line.partition("=")[2].strip()
+        value = None
+    else:
+        value = data.get("apiKey") or data.get("azureAccessToken") or None
+        label = upstreams.ModelUpstream.label(value) if value else ""
+    if not label:
+        return None
+    issued = (secret["metadata"].get("annotations") or {}).get(rapi.ISSUED_AT_ANNOTATION)
+    at = clocks.parse_rfc3339(issued) if issued else now()
+    if not rotations[kind] or rotations[kind][-1][1] != label:
+        rotations[kind].append((at, label))
+    return value
+
+
+def seen_by(seen: Sequence[upstreams.Seen], label: str) -> float | None:
+    """When an upstream first received a current request with the credential ``label``."""
+    return next(
+        (s.at for s in seen if s.credential == label and s.verdict == upstreams.CURRENT), None
+    )
+
+
+def served(rotations: Sequence[tuple[float, str]], seen: Sequence[upstreams.Seen]) -> int:
+    """How many rotations (after the first credential) the gateway sent upstream."""
+    return sum(1 for _, label in rotations[1:] if seen_by(seen, label) is not None)
+
+
+def all_served(rotations: Rotations, seen: Mapping[str, Sequence[upstreams.Seen]]) -> bool:
+    return all(served(rotations[kind], seen[kind]) >= n for kind, n in WANTED.items())
+
+
+def report(
+    title: str,
+    results: Sequence[tuple[str, float, int]],
+    failures: Sequence[tuple[str, int, str]],
+    rotations: Rotations,
+    seen: Mapping[str, Sequence[upstreams.Seen]],
+) -> str:
+    """The figures: per type, requests sent and failed, rotations, the longest time from a
+    rotation to the first upstream request with the new credential, the upstream's verdicts."""
+    lines = [f"\n{title}"]
+    for model, kind in MODELS.items():
+        sent = sum(1 for m, _, _ in results if m == model)
+        failed = sum(1 for m, _, _ in failures if m == model)
+        lags = [
+            first - at
+            for at, label in rotations[kind][1:]
+            if (first := seen_by(seen[kind], label)) is not None
+        ]
+        verdicts = Counter(s.verdict for s in seen[kind])
+        lines.append(
+            f"  {kind:17} sent {sent:4} failed {failed} rotations {len(rotations[kind]) - 1} "
+            f"longest rotation→first upstream use {max(lags, default=float('nan')):.1f} s "
+            f"restart needed: yes; upstream verdicts {dict(verdicts)}"
+        )
+    return "\n".join(lines)
+
+
+def check_upstreams(seen: Mapping[str, Sequence[upstreams.Seen]]) -> None:
+    """No upstream received a credential past its end (for the API key: after its overlap),
+    and each received current ones."""
+    for kind, received in seen.items():
+        verdicts = Counter(s.verdict for s in received)
+        assert verdicts[upstreams.EXPIRED] == 0, (kind, verdicts)
+        assert verdicts[upstreams.CURRENT] > 0, (kind, verdicts)
