@@ -49,7 +49,9 @@ class DevEnvironment:
             self._pod_identity_token.write_text(self.standins.pod_identity_token)
             manifests.install_crds(api, self.config)
             self._wait_for_default_service_account(api)
-            self.gateways = gateways.DevGateways(self._folder("gateways"), out=sys.stdout)
+            self.gateways = gateways.DevGateways(
+                self._folder("gateways"), self.standins.openai, out=sys.stdout
+            )
             self._started.append(self.gateways)
             manifests.apply(api, self._samples(), namespace=NAMESPACE)
             self.gateways.start(api)

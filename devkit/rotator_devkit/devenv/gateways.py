@@ -34,17 +34,17 @@ _SCHEMAS = {"OpenAI"}
 
 
 class DevGateways:
-    def __init__(self, folder: Path, *, out: TextIO) -> None:
+    def __init__(self, folder: Path, openai: upstreams.OpenAIStandIn, *, out: TextIO) -> None:
+        """``openai``: the provider stand-ins' OpenAI-compatible upstream (started with them)."""
         self.folder = folder
         self.out = out
         self.master_key = "sk-dev-" + secrets.token_urlsafe(16)
-        self.openai = upstreams.OpenAIStandIn()
+        self.openai = openai
         self._routes: dict[str, list[str]] = {}  # marked Route → the models its rules name
         self._gateways: dict[str, gateway.RollingGateway] = {}
         self._hashes: dict[str, str] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._started = False
 
     def prepare(self, docs: list[dict[str, Any]], namespace: str) -> list[dict[str, Any]]:
         """Points the marked Routes' backends at the stand-ins, and registers the API keys of
@@ -57,8 +57,6 @@ class DevGateways:
         ]
         if not marked or gateway.executable() is None:
             return docs
-        self.openai.start()
-        self._started = True
         names = {
             ref["name"]
             for r in marked
@@ -107,8 +105,6 @@ class DevGateways:
         for g in self._gateways.values():
             with contextlib.suppress(Exception):
                 g.stop()
-        if self._started:
-            self.openai.stop()
 
     def rows(self) -> list[tuple[str, str, float | None]]:
         """(route, gateway URL, when its upstream last answered a request) for the live table."""
