@@ -46,14 +46,28 @@ rotator and a pattern in LiteLLM: a gap.
 What LiteLLM cannot express is returned as :class:`Gap`\\ s and never silently dropped: the Route
 reports them (``Translated=False``, ``NotExpressible``). LiteLLM routes by model name only, so a
 ``pathPrefix`` match cannot be rendered; nor can a credential its provider would send in another
-header than the one the policy asks for, nor (in this version) a GCP backend, nor a value
-LiteLLM would read as a secret reference.
+header than the one the policy asks for, nor a ``GCPAnthropic`` backend, nor a value LiteLLM
+would read as a secret reference.
+
+Vertex AI (``GCPVertexAI``) goes through LiteLLM's ``openai`` provider, to Vertex AI's
+OpenAI-compatible endpoint (``/v1/projects/{project}/locations/{region}/endpoints/openapi``, the
+model named ``google/<model>``), with the minted access token as ``api_key`` (sent as
+``Authorization: Bearer``). Not through its ``vertex_ai`` provider: that one takes no access
+token. Its every request gets one from ``vertex_credentials`` through google-auth
+(``VertexBase.get_access_token`` → ``load_auth``), which refreshes whatever it loads before the
+first use (``refresh_auth``): a service-account key or an ``external_account`` configuration
+would hand the gateway the long-lived identity rotator exists to keep from it, and an
+``authorized_user`` file carrying the token (``from_authorized_user_info`` reads ``token`` and
+``expiry``) is refreshed at Google's token endpoint, which its ``token_uri`` cannot change.
+``GCPAnthropic`` (Claude's ``rawPredict`` on Vertex AI) has no OpenAI-compatible endpoint and
+only that provider: a gap.
 """
 
 from __future__ import annotations
 
 import configparser
 import hashlib
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -66,7 +80,7 @@ from controllers.reconcilers import api, routeconfig
 FORMAT = "LiteLLM"
 """``spec.output.format`` of a Route rendered by this module."""
 
-RENDER_REVISION = 2
+RENDER_REVISION = 3
 """As :data:`routeconfig.RENDER_REVISION`, for this format."""
 
 WILDCARD = "*"
@@ -93,9 +107,23 @@ _PROVIDERS = {
     "AWSBedrock": "bedrock",
     "Anthropic": "anthropic",
 }
-"""ServiceBackend ``schema`` → LiteLLM provider prefix. The GCP schemas are absent: LiteLLM's
-``vertex_ai`` provider mints its own token (``vertex_credentials``), and rotator does not yet
-render a minted access token for it."""
+"""ServiceBackend ``schema`` → LiteLLM provider prefix. ``GCPVertexAI`` is :func:`_vertex`'s;
+``GCPAnthropic`` is absent (see the module's docstring)."""
+
+VERTEX = "GCPVertexAI"
+VERTEX_PUBLISHER = "google"
+"""Vertex AI's OpenAI-compatible endpoint names a model ``<publisher>/<model>``; a Route's
+``modelName`` for a ``GCPVertexAI`` backend is the model's own name (``gemini-2.0-flash``), as
+the publisher's path in Vertex AI's own API (``publishers/google/models/{model}``)."""
+_PROJECT = re.compile(
+    r"(?:[a-z0-9-]{1,63}(?:\.[a-z0-9-]{1,63}){0,8}:)?[a-z][a-z0-9-]{4,28}[a-z0-9]|[0-9]{1,20}"
+)
+"""A Google Cloud project ID (6 to 30 lowercase letters, digits and hyphens, a letter first,
+not a hyphen last), with the ``domain:`` prefix of the older ones, or a project number (which
+Vertex AI's paths take too): never a ``/``, ``..``, ``?`` or ``%`` that would take the token to
+another path of the host."""
+_REGION = re.compile(r"[a-z][a-z0-9-]{0,62}")
+"""A Vertex AI location (``us-central1``, ``europe-west4``, ``global``)."""
 
 
 @dataclass(frozen=True)
@@ -188,7 +216,13 @@ def inputs_digest(route: api.Route, backends: Mapping[str, routeconfig.ResolvedB
     """As :func:`routeconfig.inputs_digest`, with this format's name and revision in front, so
     the two formats of the same inputs never hash alike."""
     inner = routeconfig.inputs_digest(route, backends)
-    return hashlib.sha256(orjson.dumps([FORMAT, RENDER_REVISION, inner])).hexdigest()
+    # what this format reads beyond rotator's own: the GCP policies' project and region
+    gcp = {
+        name: [b.credentials.gcp.project, b.credentials.gcp.region]
+        for name, b in sorted(backends.items())
+        if b.credentials is not None and b.credentials.gcp is not None
+    }
+    return hashlib.sha256(orjson.dumps([FORMAT, RENDER_REVISION, inner, gcp])).hexdigest()
 
 
 def _url(backend: routeconfig.ResolvedBackend, path: str = "") -> str:
@@ -232,11 +266,13 @@ def _unchecked_params(
     backend: routeconfig.ResolvedBackend, model: str
 ) -> tuple[dict[str, Any], str | None]:
     schema = backend.spec["schema"]
-    provider = _PROVIDERS.get(schema)
+    provider = "openai" if schema == VERTEX else _PROVIDERS.get(schema)
     if provider is None:
         return {}, f"schema {schema}: not rendered for LiteLLM"
     if "sni" in (backend.spec["endpoint"].get("tls") or {}):
         return {}, "tls.sni: LiteLLM has no setting for the TLS server name"
+    if schema == VERTEX:
+        return _vertex(backend, model)
     params: dict[str, Any] = {"model": f"{provider}/{model}"}
     if provider == "bedrock":
         params["aws_bedrock_runtime_endpoint"] = _url(backend)
@@ -315,6 +351,56 @@ def _aws(params: dict[str, Any], c: routeconfig.ResolvedCredentials) -> str | No
     if token := (section.get("aws_session_token") or "").strip():
         params["aws_session_token"] = token
     params["aws_region_name"] = section["region"].strip()
+    return None
+
+
+def _vertex(backend: routeconfig.ResolvedBackend, model: str) -> tuple[dict[str, Any], str | None]:
+    """A ``GCPVertexAI`` deployment: LiteLLM's ``openai`` provider at Vertex AI's
+    OpenAI-compatible endpoint of the policy's project and region, the access token its
+    ``api_key`` (see the module's docstring). Messages name fields, never their values: a
+    project or region that is not one may be anything."""
+    c = backend.credentials
+    if c is None:
+        return {}, (
+            "no credential: a Vertex AI request's project and region come from its "
+            "GCPCredentials policy"
+        )
+    if c.type != "GCPCredentials":
+        return {}, (
+            f"credential type {c.type}: Vertex AI's OpenAI-compatible endpoint takes a Google "
+            "access token (GCPCredentials) only"
+        )
+    if c.gcp is None:  # the CRD requires the block (rule R2); said all the same
+        return {}, "credential type GCPCredentials: the policy has no gcpCredentials block"
+    if (problem := _location_problem(c.gcp)) is not None:
+        return {}, problem
+    token = c.data.get("gcpAccessToken", "")
+    if not token:
+        return {}, (
+            "credential type GCPCredentials: data.gcpAccessToken is empty, and LiteLLM's openai "
+            "provider would send the proxy's own credentials instead"
+        )
+    path = f"/v1/projects/{c.gcp.project}/locations/{c.gcp.region}/endpoints/openapi"
+    return {
+        "model": f"openai/{VERTEX_PUBLISHER}/{model}",
+        "api_base": _url(backend, path),
+        "api_key": token,
+    }, None
+
+
+def _location_problem(gcp: routeconfig.GCPLocation) -> str | None:
+    """Why a policy's project or region cannot be put in a Vertex AI path, if so (naming the
+    field, never the value)."""
+    if _PROJECT.fullmatch(gcp.project) is None:
+        return (
+            "gcpCredentials.projectName is not a Google Cloud project ID (6 to 30 lowercase "
+            "letters, digits and hyphens) or number: the Vertex AI path cannot name it"
+        )
+    if _REGION.fullmatch(gcp.region) is None:
+        return (
+            "gcpCredentials.region is not a Vertex AI location (lowercase letters, digits and "
+            "hyphens): the Vertex AI path cannot name it"
+        )
     return None
 
 

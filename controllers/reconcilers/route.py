@@ -271,6 +271,7 @@ class RouteReconciler:
             data,
             expires,
             header=routeconfig.api_key_header(policy["spec"]),
+            gcp=routeconfig.gcp_location(policy["spec"]),
         )
         return routeconfig.ResolvedBackend(name, spec, credentials), expiry
 

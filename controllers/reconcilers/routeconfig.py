@@ -79,6 +79,25 @@ def api_key_header(spec: Mapping[str, Any]) -> CredentialHeader | None:
 
 
 @dataclass(frozen=True)
+class GCPLocation:
+    """A ``GCPCredentials`` policy's ``projectName`` and ``region``: where its Vertex AI
+    requests go, which their URL path names. Read by a format that builds that path (LiteLLM's,
+    :mod:`litellmconfig`); rotator's own leaves the path to the gateway and renders neither."""
+
+    project: str
+    region: str
+
+
+def gcp_location(spec: Mapping[str, Any]) -> GCPLocation | None:
+    """The :class:`GCPLocation` of a policy's ``spec``; None for a type other than
+    ``GCPCredentials``."""
+    gcp = spec.get("gcpCredentials") if spec.get("type") == "GCPCredentials" else None
+    if not gcp:
+        return None
+    return GCPLocation(str(gcp.get("projectName") or ""), str(gcp.get("region") or ""))
+
+
+@dataclass(frozen=True)
 class ResolvedCredentials:
     policy: str
     type: str
@@ -86,6 +105,9 @@ class ResolvedCredentials:
     expires_at: str | None = None
     header: CredentialHeader | None = None
     """Stated in the configuration when set; see :func:`api_key_header`."""
+    gcp: GCPLocation | None = None
+    """Of a ``GCPCredentials`` policy; not in :func:`inputs_digest` (rotator's own format does
+    not render it), in :func:`litellmconfig.inputs_digest` (which does)."""
 
 
 DUMPER: type[yaml.SafeDumper] = getattr(yaml, "CSafeDumper", yaml.SafeDumper)

@@ -5,8 +5,9 @@ expired credential.
 One Route (``spec.output.format: LiteLLM``) sends ``gpt`` to an OpenAI-compatible stand-in (an
 API key, rotated with an overlap as OpenAI allows), ``claude`` to a Bedrock runtime stand-in
 (SigV4 with a 60 s STS session from a ServiceAccount token, checked against what moto/STS
-issued) and ``azure-gpt`` to an Azure OpenAI stand-in (a 60 s Entra ID token from the Azure
-stand-in). LiteLLM reads its configuration once, at start: the Route names a Deployment in
+issued), ``azure-gpt`` to an Azure OpenAI stand-in (a 60 s Entra ID token from the Azure
+stand-in) and ``gemini-2.0-flash`` to Vertex AI's OpenAI-compatible endpoint (a 60 s federated
+Google token from a ServiceAccount token, checked against what the Google stand-in minted). LiteLLM reads its configuration once, at start: the Route names a Deployment in
 ``rolloutRestartTargets``, and when rotator rolls it out (its pod template's
 ``config-hash.rotator.dev/llm`` changes) the test does what that Deployment's rolling update
 would: a new proxy on the config Secret's configuration, traffic switched once it answers, the
@@ -25,9 +26,11 @@ import pytest
 from controllers.reconcilers import api as rapi
 from controllers.reconcilers import restarts
 from controllers.runtime import errors, objects
+from rotator.providers.gcp import federation
 from rotator_devkit.devenv import gateway
 from rotator_devkit.devenv.standins import upstreams
 from rotator_devkit.devenv.standins.azure import App, AzureStandIn
+from rotator_devkit.devenv.standins.gcp import GCPStandIn
 from rotator_devkit.devenv.standins.sts import STSProxy
 from tests.e2e.conftest import ROLE_ARN
 from tests.support import gatewayload as gl
@@ -129,12 +132,18 @@ class Load:
 
 @pytest.mark.e2e
 def test_litellm_serves_every_credential_type_across_rotations_with_no_failed_request(
-    chain: AWSChain, sts: STSProxy, azure: AzureStandIn, tmp_path: Path
+    chain: AWSChain, sts: STSProxy, azure: AzureStandIn, gcp: GCPStandIn, tmp_path: Path
 ) -> None:
     openai_up = upstreams.OpenAIStandIn().start()
     bedrock_up = upstreams.BedrockStandIn(sts.keyring).start()
     azure_up = upstreams.AzureOpenAIStandIn(azure).start()
-    ups = {"APIKey": openai_up, "AWSCredentials": bedrock_up, "AzureCredentials": azure_up}
+    vertex_up = upstreams.VertexAIStandIn(gcp, locations={(gl.GCP_PROJECT, gl.GCP_REGION)}).start()
+    ups: dict[str, upstreams.ModelUpstream] = {
+        "APIKey": openai_up,
+        "AWSCredentials": bedrock_up,
+        "AzureCredentials": azure_up,
+        "GCPCredentials": vertex_up,
+    }
     for name, up in ups.items():
         leaks.MINTED.add_source(f"the {name} model stand-in", up.issued_values)
     chain.remember(MASTER_KEY, *KEYS)
@@ -148,9 +157,13 @@ def test_litellm_serves_every_credential_type_across_rotations_with_no_failed_re
         azure.apps[f"llm-{chain.ns}"] = App(gl.TENANT, secret=AZURE_SECRET)
         chain.secret("azure-app", **{"client-secret": AZURE_SECRET})
         chain.create("policy", "azure", gl.azure_spec(f"llm-{chain.ns}", "azure-app"))
+        audience = federation.audience(gl.GCP_PROJECT_NUMBER, gl.GCP_POOL, gl.GCP_PROVIDER)
+        gcp.add_provider(audience, {"https:" + audience})
+        chain.create("policy", "vertex", gl.vertex_spec("default"))
         backend(chain, "openai", openai_up.url)
         backend(chain, "bedrock", bedrock_up.url)
         backend(chain, "azure", azure_up.url)
+        backend(chain, "vertex", vertex_up.url)
         deployment(chain)
         chain.create("route", ROUTE, gl.route_spec())
         translated = chain.wait_condition("route", ROUTE, rapi.TRANSLATED, "True", timeout=90)

@@ -5,7 +5,7 @@ LiteLLM supports, with no failed request and no upstream request carrying an exp
 — the test of tests/e2e/test_litellm.py, where the rollout is the Deployment controller's and
 the kubelet's, not the test's.
 
-The model API stand-ins (OpenAI, Bedrock runtime, Azure OpenAI) run in the stand-ins' Pod and
+The model API stand-ins (OpenAI, Bedrock runtime, Azure OpenAI, Vertex AI) run in the stand-ins' Pod and
 check each request against what the issuers there issued; the load comes from a Pod in the test
 namespace, through the proxy's Service. LiteLLM reads config.yaml only at start (a Pod's start
 imports it: seconds of CPU), so the stand-ins mint credentials of :data:`LIFETIME` s for this
@@ -86,7 +86,7 @@ on a busy node) and take the results with it."""
 
 
 def documents(namespace: str, image: str, *, keys: dict[str, str]) -> list[dict[str, Any]]:
-    """Everything the test applies: the caller's ServiceAccount, the Secrets, the three
+    """Everything the test applies: the caller's ServiceAccount, the Secrets, the four
     policies, backends at the stand-ins' model APIs, the Route, and LiteLLM's Deployment."""
 
     def obj(kind: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
@@ -118,13 +118,14 @@ def documents(namespace: str, image: str, *, keys: dict[str, str]) -> list[dict[
         ),
         obj("BackendSecurityPolicy", "bedrock", gl.bedrock_spec(ROLE_ARN, CALLER)),
         obj("BackendSecurityPolicy", "azure", gl.azure_spec(f"llm-{namespace}", "azure-app")),
+        obj("BackendSecurityPolicy", "vertex", gl.vertex_spec(CALLER)),
         *(
-            obj("ServiceBackend", name, gl.backend_spec(name, settings.PUBLIC_HOST, port))
-            for name, port in (
-                ("openai", settings.PORTS["openai"]),
-                ("bedrock", settings.PORTS["bedrock"]),
-                ("azure", settings.PORTS["azure-openai"]),
+            obj(
+                "ServiceBackend",
+                gl.POLICIES[kind],
+                gl.backend_spec(gl.POLICIES[kind], settings.PUBLIC_HOST, settings.PORTS[upstream]),
             )
+            for kind, upstream in gl.UPSTREAMS.items()
         ),
         obj("Route", gl.ROUTE, gl.route_spec()),
     ]
@@ -190,10 +191,9 @@ def seen(configured: Configured, since: float) -> dict[str, list[upstreams.Seen]
     credential type it serves: the stand-ins' Pod outlives a test, and a kept cluster's has
     served others."""
     rows = configured.standins.admin("GET", "upstreams")
-    names = {"APIKey": "openai", "AWSCredentials": "bedrock", "AzureCredentials": "azure-openai"}
     return {
         kind: [s for s in map(lambda row: upstreams.Seen(*row), rows[name]) if s.at >= since]
-        for kind, name in names.items()
+        for kind, name in gl.UPSTREAMS.items()
     }
 
 
@@ -320,16 +320,8 @@ def test_litellm_deployment_serves_every_credential_type_across_rotations_with_n
         requests=len(load.results),
         failed=len(load.failures),
         rollouts=restarts,
-        longest_rotation_to_use_s=round(
-            max(
-                (
-                    first - at
-                    for kind in gl.WANTED
-                    for at, label in rotations[kind][1:]
-                    if (first := gl.seen_by(received[kind], label)) is not None
-                ),
-                default=0.0,
-            ),
-            1,
-        ),
+        first_served_after_apply_s=round(seconds_to_serving, 1),
     )
+    for kind, measured in gl.per_type(load.results, load.failures, rotations, received).items():
+        verdicts = ",".join(f"{v}:{n}" for v, n in sorted(measured.pop("verdicts").items()))
+        figure(f"litellm_kind_{kind}", **measured, verdicts=verdicts)

@@ -26,13 +26,40 @@ ANNOTATION = rapi.ROLLOUT_ANNOTATION_PREFIX + ROUTE
 """The pod-template annotation rotator rolls the proxy out by (its value: the config hash)."""
 TENANT = "00000000-0000-0000-0000-0000000000aa"
 CLAUDE = "anthropic.claude-3-haiku-20240307-v1:0"
-MODELS = {"gpt": "APIKey", CLAUDE: "AWSCredentials", "azure-gpt": "AzureCredentials"}
+MODELS = {
+    "gpt": "APIKey",
+    CLAUDE: "AWSCredentials",
+    "azure-gpt": "AzureCredentials",
+    "gemini-2.0-flash": "GCPCredentials",
+}
 """Model name → the credential type of the backend serving it."""
-POLICIES = {"APIKey": "openai", "AWSCredentials": "bedrock", "AzureCredentials": "azure"}
+POLICIES = {
+    "APIKey": "openai",
+    "AWSCredentials": "bedrock",
+    "AzureCredentials": "azure",
+    "GCPCredentials": "vertex",
+}
 """Credential type → the policy (and ServiceBackend) of that name."""
-SCHEMAS = {"openai": "OpenAI", "bedrock": "AWSBedrock", "azure": "AzureOpenAI"}
+SCHEMAS = {
+    "openai": "OpenAI",
+    "bedrock": "AWSBedrock",
+    "azure": "AzureOpenAI",
+    "vertex": "GCPVertexAI",
+}
+UPSTREAMS = {
+    "APIKey": "openai",
+    "AWSCredentials": "bedrock",
+    "AzureCredentials": "azure-openai",
+    "GCPCredentials": "vertex-ai",
+}
+"""Credential type → the model API stand-in serving it (ProviderStandIns.upstreams)."""
 ROTATIONS = 3
-WANTED = {"APIKey": 1, "AWSCredentials": ROTATIONS, "AzureCredentials": ROTATIONS}
+WANTED = {
+    "APIKey": 1,
+    "AWSCredentials": ROTATIONS,
+    "AzureCredentials": ROTATIONS,
+    "GCPCredentials": ROTATIONS,
+}
 """Rotations whose new credential must reach the upstream, per type (the API key is rotated
 once, by hand: it does not expire)."""
 RATE = 4.0
@@ -68,6 +95,32 @@ def azure_spec(client_id: str, secret: str) -> dict[str, Any]:
             "clientID": client_id,
             "tenantID": TENANT,
             "clientSecretRef": {"name": secret},
+        },
+        "rotation": EARLY,
+    }
+
+
+GCP_PROJECT = "llm-project"
+GCP_PROJECT_NUMBER = "123456789"
+GCP_REGION = "us-central1"
+GCP_POOL, GCP_PROVIDER = "llm-pool", "llm-provider"
+
+
+def vertex_spec(service_account: str) -> dict[str, Any]:
+    """Workload identity federation from a ServiceAccount token: a federated access token of
+    STS (the stand-in's lifetime), used on Vertex AI directly."""
+    return {
+        "type": "GCPCredentials",
+        "targetRefs": [{"name": POLICIES["GCPCredentials"]}],
+        "gcpCredentials": {
+            "projectName": GCP_PROJECT,
+            "region": GCP_REGION,
+            "workloadIdentityFederation": {
+                "projectID": GCP_PROJECT_NUMBER,
+                "workloadIdentityPoolName": GCP_POOL,
+                "workloadIdentityProviderName": GCP_PROVIDER,
+                "serviceAccountToken": {"serviceAccountName": service_account},
+            },
         },
         "rotation": EARLY,
     }
@@ -128,7 +181,9 @@ def record(
         label = line.partition("=")[2].strip()
         value = None
     else:
-        value = data.get("apiKey") or data.get("azureAccessToken") or None
+        value = (
+            data.get("apiKey") or data.get("azureAccessToken") or data.get("gcpAccessToken")
+        ) or None
         label = upstreams.ModelUpstream.label(value) if value else ""
     if not label:
         return None
@@ -155,6 +210,32 @@ def all_served(rotations: Rotations, seen: Mapping[str, Sequence[upstreams.Seen]
     return all(served(rotations[kind], seen[kind]) >= n for kind, n in WANTED.items())
 
 
+def per_type(
+    results: Sequence[tuple[str, float, int]],
+    failures: Sequence[tuple[str, int, str]],
+    rotations: Rotations,
+    seen: Mapping[str, Sequence[upstreams.Seen]],
+) -> dict[str, dict[str, Any]]:
+    """The figures by credential type: requests sent and failed, rotations, the longest time
+    from a rotation to the first upstream request with the new credential (None when none
+    reached it), the upstream's verdicts."""
+    figures: dict[str, dict[str, Any]] = {}
+    for model, kind in MODELS.items():
+        lags = [
+            first - at
+            for at, label in rotations[kind][1:]
+            if (first := seen_by(seen[kind], label)) is not None
+        ]
+        figures[kind] = {
+            "sent": sum(1 for m, _, _ in results if m == model),
+            "failed": sum(1 for m, _, _ in failures if m == model),
+            "rotations": len(rotations[kind]) - 1,
+            "longest_rotation_to_use_s": round(max(lags), 1) if lags else None,
+            "verdicts": dict(Counter(s.verdict for s in seen[kind])),
+        }
+    return figures
+
+
 def report(
     title: str,
     results: Sequence[tuple[str, float, int]],
@@ -162,22 +243,15 @@ def report(
     rotations: Rotations,
     seen: Mapping[str, Sequence[upstreams.Seen]],
 ) -> str:
-    """The figures: per type, requests sent and failed, rotations, the longest time from a
-    rotation to the first upstream request with the new credential, the upstream's verdicts."""
+    """:func:`per_type`'s figures as lines under ``title``."""
     lines = [f"\n{title}"]
-    for model, kind in MODELS.items():
-        sent = sum(1 for m, _, _ in results if m == model)
-        failed = sum(1 for m, _, _ in failures if m == model)
-        lags = [
-            first - at
-            for at, label in rotations[kind][1:]
-            if (first := seen_by(seen[kind], label)) is not None
-        ]
-        verdicts = Counter(s.verdict for s in seen[kind])
+    for kind, f in per_type(results, failures, rotations, seen).items():
+        longest = f["longest_rotation_to_use_s"]
         lines.append(
-            f"  {kind:17} sent {sent:4} failed {failed} rotations {len(rotations[kind]) - 1} "
-            f"longest rotation→first upstream use {max(lags, default=float('nan')):.1f} s "
-            f"restart needed: yes; upstream verdicts {dict(verdicts)}"
+            f"  {kind:17} sent {f['sent']:4} failed {f['failed']} rotations {f['rotations']} "
+            f"longest rotation→first upstream use "
+            f"{'-' if longest is None else f'{longest:.1f}'} s "
+            f"restart needed: yes; upstream verdicts {f['verdicts']}"
         )
     return "\n".join(lines)
 

@@ -323,7 +323,7 @@ def test_the_model_upstreams_take_keys_and_tell_what_they_received_by_label_only
     assert chat(openai, new) == 200
     status, received = call(admin.url + "/upstreams")
     assert status == 200
-    assert set(received) == {"openai", "bedrock", "azure-openai"}
+    assert set(received) == {"openai", "bedrock", "azure-openai", "vertex-ai"}
     verdicts = [(row[2], row[3]) for row in received["openai"]]
     label = standins.openai.label
     assert verdicts == [

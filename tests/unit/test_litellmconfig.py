@@ -174,7 +174,7 @@ def test_what_litellm_cannot_express_is_named_with_its_backend_and_never_its_val
         {
             "a": backend("a"),
             "hdr": backend("hdr", credentials=key(header="x-api-key")),
-            "vx": backend("vx", "GCPVertexAI", gcp),
+            "vx": backend("vx", "GCPAnthropic", gcp),
             "aws": backend("aws", credentials=aws),
         },
     )
@@ -183,9 +183,129 @@ def test_what_litellm_cannot_express_is_named_with_its_backend_and_never_its_val
     assert text[0].startswith("rule 0: pathPrefix /v1/embeddings")
     assert [(g.rule, g.backend) for g in gaps[1:]] == [(1, "hdr"), (1, "vx"), (1, "aws")]
     assert "x-api-key" in text[1]
-    assert "GCPVertexAI" in text[2]
+    assert "GCPAnthropic" in text[2]
     assert "AWSCredentials" in text[3]
     assert not any(s in " ".join(text) for s in (SECRET, "s3cr3t", "tok-never"))
+
+
+def gcp(
+    token: str = SECRET, project: str = "my-project", region: str = "us-central1"
+) -> routeconfig.ResolvedCredentials:
+    return routeconfig.ResolvedCredentials(
+        "p",
+        "GCPCredentials",
+        {"gcpAccessToken": token},
+        "2026-01-01T00:00:00Z",
+        gcp=routeconfig.GCPLocation(project, region),
+    )
+
+
+def test_a_vertex_ai_backend_is_its_openai_compatible_endpoint_with_the_minted_token() -> None:
+    r = route(
+        [
+            {"matches": [{"modelName": "gemini-2.0-flash"}], "backendRefs": refs(("vx", 1, 0))},
+            {"backendRefs": refs(("vx", 2, 1))},
+        ]
+    )
+    config, gaps = litellmconfig.build(r, {"vx": backend("vx", "GCPVertexAI", gcp())})
+    assert gaps == []
+    exact, wildcard = (m["litellm_params"] for m in config["model_list"])
+    assert exact == {
+        "model": "openai/google/gemini-2.0-flash",
+        "api_base": "https://vx.example:443/v1/projects/my-project/locations/us-central1"
+        "/endpoints/openapi",
+        "api_key": SECRET,
+        "weight": 1,
+        "order": 1,
+    }
+    # LiteLLM's wildcard puts the model asked for where the * is: google/<model>
+    assert (wildcard["model"], wildcard["weight"], wildcard["order"]) == ("openai/google/*", 2, 2)
+
+
+@pytest.mark.parametrize(
+    ("project", "region", "field"),
+    [
+        ("../../v1/projects/other", "us-central1", "projectName"),
+        ("my-project/locations/x", "us-central1", "projectName"),
+        ("my-project?alt=x", "us-central1", "projectName"),
+        ("my%2fproject", "us-central1", "projectName"),
+        ("My-Project", "us-central1", "projectName"),
+        ("p" * (1 << 20), "us-central1", "projectName"),
+        ("", "us-central1", "projectName"),
+        ("a..b:my-project", "us-central1", "projectName"),
+        ("my-project", "us-central1/../../x", "region"),
+        ("my-project", "", "region"),
+        ("my-project", "r" * (1 << 20), "region"),
+    ],
+)
+def test_a_vertex_ai_project_or_region_that_is_not_one_is_a_gap_that_never_quotes_it(
+    project: str, region: str, field: str
+) -> None:
+    r = route([{"matches": [{"modelName": "m"}], "backendRefs": refs(("vx", 1, 0))}])
+    creds = gcp(project=project, region=region)
+    config, gaps = litellmconfig.build(r, {"vx": backend("vx", "GCPVertexAI", creds)})
+    assert config["model_list"] == []
+    assert [(g.rule, g.backend) for g in gaps] == [(0, "vx")]
+    text = str(gaps[0])
+    assert f"gcpCredentials.{field}" in text
+    assert len(text) < 300
+    value = project if field == "projectName" else region
+    assert not value or value not in text
+
+
+@pytest.mark.parametrize("project", ["example.com:my-project", "123456789012"])
+def test_a_domain_scoped_project_id_and_a_project_number_name_a_project(project: str) -> None:
+    r = route([{"matches": [{"modelName": "m"}], "backendRefs": refs(("vx", 1, 0))}])
+    creds = gcp(project=project, region="global")
+    config, gaps = litellmconfig.build(r, {"vx": backend("vx", "GCPVertexAI", creds)})
+    assert gaps == []
+    assert config["model_list"][0]["litellm_params"]["api_base"].endswith(
+        f"/v1/projects/{project}/locations/global/endpoints/openapi"
+    )
+
+
+def test_a_vertex_ai_backend_takes_a_google_token_only_and_never_the_proxys_own() -> None:
+    r = route(
+        [
+            {
+                "matches": [{"modelName": "m"}],
+                "backendRefs": refs(("key", 1, 0), ("none", 1, 0), ("empty", 1, 0)),
+            }
+        ]
+    )
+    config, gaps = litellmconfig.build(
+        r,
+        {
+            "key": backend("key", "GCPVertexAI", key()),
+            "none": backend("none", "GCPVertexAI"),
+            "empty": backend("empty", "GCPVertexAI", gcp(token="")),
+        },
+    )
+    assert config["model_list"] == []
+    by_backend = {g.backend: str(g) for g in gaps}
+    assert "credential type APIKey" in by_backend["key"]
+    assert "no credential" in by_backend["none"]
+    assert "data.gcpAccessToken is empty" in by_backend["empty"]
+    assert SECRET not in " ".join(by_backend.values())
+
+
+@pytest.mark.parametrize("changed", [{"project": "other-project"}, {"region": "europe-west4"}])
+def test_the_vertex_ai_project_and_region_are_in_the_litellm_digest_only(
+    changed: dict[str, str],
+) -> None:
+    r = route([{"matches": [{"modelName": "m"}], "backendRefs": refs(("vx", 1, 0))}])
+    here = {"vx": backend("vx", "GCPVertexAI", gcp())}
+    there = {"vx": backend("vx", "GCPVertexAI", gcp(**changed))}
+    assert litellmconfig.inputs_digest(r, here) != litellmconfig.inputs_digest(r, there)
+    # rotator's own format renders neither: its digest (and so an upgrade) is unchanged
+    assert routeconfig.inputs_digest(r, here) == routeconfig.inputs_digest(r, there)
+
+
+def test_a_gcp_policy_spec_gives_its_project_and_region_and_no_other_type_does() -> None:
+    spec = {"type": "GCPCredentials", "gcpCredentials": {"projectName": "p1", "region": "r1"}}
+    assert routeconfig.gcp_location(spec) == routeconfig.GCPLocation("p1", "r1")
+    assert routeconfig.gcp_location({"type": "APIKey", "apiKey": {}}) is None
+    assert routeconfig.gcp_location({"type": "APIKey", "gcpCredentials": spec}) is None
 
 
 def test_the_yaml_is_what_the_proxy_loads_and_the_same_inputs_give_the_same_bytes() -> None:
@@ -225,6 +345,31 @@ def test_the_default_format_keeps_its_bytes_and_hash(output: str | None) -> None
     assert secret["metadata"]["annotations"][api.CONFIG_HASH_ANNOTATION] == DEFAULT_CONFIG_HASH
     assert world.config()["apiVersion"] == routeconfig.FORMAT_VERSION
     assert api.TRANSLATED not in {c["type"] for c in world.statuses()[-1]["conditions"]}
+
+
+def test_a_vertex_ai_route_takes_the_policys_project_and_region_and_follows_their_change() -> None:
+    world = World()
+    world.chain("vx", {"gcpAccessToken": SECRET.encode()})
+    backend_body = world.api.stored(api.BACKENDS, NS, "vx") or {}
+    world.edit(api.BACKENDS, "vx", spec={**backend_body["spec"], "schema": "GCPVertexAI"})
+    gcp_spec = {"projectName": "my-project", "region": "us-central1", "controllerIdentity": {}}
+    policy = world.api.stored(api.POLICIES, NS, "p-vx") or {}
+    spec = {**policy["spec"], "type": "GCPCredentials", "gcpCredentials": gcp_spec}
+    world.edit(api.POLICIES, "p-vx", spec=spec)
+    world.route("vx")
+    r = world.api.stored(api.ROUTES, NS, "r") or {}
+    world.edit(api.ROUTES, "r", spec={**r["spec"], "output": {"format": "LiteLLM"}})
+    world.reconcile()
+    params = world.config()["model_list"][0]["litellm_params"]
+    assert "/v1/projects/my-project/locations/us-central1/" in params["api_base"]
+    assert params["api_key"] == SECRET
+    assert world.condition(api.TRANSLATED)["status"] == "True"
+    # the region changes (a new policy generation): the configuration follows
+    spec = {**spec, "gcpCredentials": {**gcp_spec, "region": "europe-west4"}}
+    world.edit(api.POLICIES, "p-vx", spec=spec)
+    world.reconcile()
+    params = world.config()["model_list"][0]["litellm_params"]
+    assert "/v1/projects/my-project/locations/europe-west4/" in params["api_base"]
 
 
 def test_a_litellm_route_is_written_as_a_model_list_and_reports_translated() -> None:

@@ -1,7 +1,8 @@
 """The model API stand-ins answer only a current credential and record every request's verdict,
 never the credential: an OpenAI key it was told to accept, a Bedrock request signed (SigV4) by a
 session the STS keyring holds and not past its end, an Azure bearer token the Azure AD stand-in
-minted and not expired."""
+minted and not expired, a Google access token the Google stand-in minted and not expired, on
+the project's path, for a model named with its publisher (Vertex AI)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from botocore.credentials import Credentials
 
 from rotator_devkit.devenv.standins import aws, upstreams
 from rotator_devkit.devenv.standins.azure import App, AzureStandIn, tls_context
+from rotator_devkit.devenv.standins.gcp import GCPStandIn
 
 BODY = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]}).encode()
 
@@ -110,3 +112,43 @@ def test_azure_openai_takes_a_token_the_azure_stand_in_minted_until_it_expires(
     finally:
         up.stop()
         azure_ad.stop()
+
+
+def test_vertex_ai_takes_a_google_token_until_it_expires_on_its_project_for_a_publisher_model() -> (
+    None
+):
+    google = GCPStandIn(lifetime=60)
+    token = google.issue("federated")
+    now = [time.time()]
+    up = upstreams.VertexAIStandIn(
+        google, locations={("my-project", "us-central1")}, now=lambda: now[0]
+    ).start()
+    gemini = json.dumps({"model": "google/gemini-2.0-flash", "messages": []}).encode()
+    bare = json.dumps({"model": "gemini-2.0-flash", "messages": []}).encode()
+    path = "/v1/projects/{}/locations/us-central1/endpoints/openapi/chat/completions"
+    url = up.url + path.format("my-project")
+    bearer = {"Authorization": f"Bearer {token}"}
+    other_region = url.replace("us-central1", "europe-west4")
+    try:
+        assert post(url, bearer, gemini) == 200
+        assert post(url, bearer, bare) == 400  # Vertex AI wants <publisher>/<model>
+        assert post(up.url + path.format("other-project"), bearer, gemini) == 404
+        assert post(other_region, bearer, gemini) == 404
+        assert post(up.url + "/v1/chat/completions", bearer, gemini) == 404
+        assert post(url, {"Authorization": "Bearer ya29.not-minted"}, gemini) == 401
+        assert post(url, {}, gemini) == 401
+        now[0] += 61  # the token's hour (here: minute) is over
+        assert post(url, bearer, gemini) == 401
+        assert post(url, bearer, bare) == 401  # the credential first, as Vertex AI checks
+        verdicts = [s.verdict for s in up.seen_snapshot()]
+        assert verdicts == [
+            "current",
+            *["refused"] * 4,  # not a use of the token: no rotation counts them as served
+            "unknown",
+            "missing",
+            "expired",
+            "expired",
+        ]
+        assert token not in repr(up.seen_snapshot())
+    finally:
+        up.stop()

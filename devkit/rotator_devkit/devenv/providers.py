@@ -1,7 +1,8 @@
 """The provider stand-ins as one set: moto (AWS, server mode) behind the STS and IAM proxies, the
 OIDC issuer, Google's and Azure AD's token services, the controller's own identity (EKS Pod
 Identity's container credentials, an Azure IMDS, a GCE metadata server) and the model APIs a
-gateway sends traffic to (OpenAI, Bedrock runtime, Azure OpenAI: :mod:`.standins.upstreams`,
+gateway sends traffic to (OpenAI, Bedrock runtime, Azure OpenAI, Vertex AI's OpenAI-compatible
+endpoint: :mod:`.standins.upstreams`,
 checking credentials against what these issuers issued) — started together,
 made to trust a cluster's service-account issuer, told what policies name (:meth:`register`),
 and described to the controller (:meth:`controller_env`).
@@ -44,6 +45,7 @@ from rotator_devkit.devenv.standins.upstreams import (
     BedrockStandIn,
     ModelUpstream,
     OpenAIStandIn,
+    VertexAIStandIn,
 )
 
 AUDIENCE = "sts.amazonaws.com"
@@ -68,9 +70,10 @@ STAND_INS = (
     "openai",
     "bedrock",
     "azure-openai",
+    "vertex-ai",
 )
 """Every server of the set, by the name :attr:`Placement.ports` and :meth:`calls` use (the
-last three: model API stand-ins, :meth:`ProviderStandIns.upstreams`)."""
+last four: model API stand-ins, :meth:`ProviderStandIns.upstreams`)."""
 
 
 @dataclass(frozen=True)
@@ -126,6 +129,7 @@ class ProviderStandIns:
         self.openai = OpenAIStandIn()
         self.bedrock: BedrockStandIn | None = None
         self.azure_openai: AzureOpenAIStandIn | None = None
+        self.vertex_ai = VertexAIStandIn(self.gcp)
         self.ca_file: Path | None = None
         self.cluster_issuer: str | None = None
         self._tls: ssl.SSLContext | None = None
@@ -178,6 +182,7 @@ class ProviderStandIns:
         self._started.append(self.bedrock)
         self.azure_openai = self._placed("azure-openai", AzureOpenAIStandIn(self.azure)).start()
         self._started.append(self.azure_openai)
+        self._started.append(self._placed("vertex-ai", self.vertex_ai).start())
 
     def set_lifetime(self, seconds: int) -> None:
         """The lifetime of what the issuers mint from now on (STS sessions, Azure AD and Google
@@ -298,6 +303,8 @@ class ProviderStandIns:
                 iam.create_user(UserName=key["userName"])
 
     def _register_gcp(self, gcp: dict[str, Any], secrets: dict[str, dict[str, Any]]) -> None:
+        if gcp.get("projectName") and gcp.get("region"):
+            self.vertex_ai.locations.add((gcp["projectName"], gcp["region"]))
         if account := (gcp.get("controllerIdentity") or {}).get("serviceAccount"):
             self.gcp.service_accounts.add(account)
         if wif := gcp.get("workloadIdentityFederation"):
@@ -401,10 +408,16 @@ class ProviderStandIns:
         }
 
     def upstreams(self) -> dict[str, ModelUpstream]:
-        """The model API stand-ins by name (``openai``, ``bedrock``, ``azure-openai``)."""
+        """The model API stand-ins by name (``openai``, ``bedrock``, ``azure-openai``,
+        ``vertex-ai``)."""
         assert self.bedrock is not None
         assert self.azure_openai is not None
-        return {"openai": self.openai, "bedrock": self.bedrock, "azure-openai": self.azure_openai}
+        return {
+            "openai": self.openai,
+            "bedrock": self.bedrock,
+            "azure-openai": self.azure_openai,
+            "vertex-ai": self.vertex_ai,
+        }
 
     def calls(self) -> dict[str, int]:
         """Every counter of every stand-in, as ``<stand-in>.<what>``: the provider actions

@@ -14,8 +14,8 @@ only the test cluster that runs it, and hands out the secrets it issued, for lea
   Secret objects): what they name becomes known; answers the same lists as registered;
 * ``POST /mode`` — ``{"standIn": "sts", "mode": "ok" | "fail" | "hang"}``;
 * ``GET /upstreams`` — every request the model API stand-ins received, by name (``openai``,
-  ``bedrock``, ``azure-openai``): rows ``[at, path, verdict, credential]``, the credential a
-  label, never its bytes (:meth:`ModelUpstream.label`);
+  ``bedrock``, ``azure-openai``, ``vertex-ai``): rows ``[at, path, verdict, credential]``, the
+  credential a label, never its bytes (:meth:`ModelUpstream.label`);
 * ``POST /accept`` — ``{"keys": [...]}``: the API keys the OpenAI stand-in accepts from now on
   (a key accepted before and not now is retired: a request with it is ``expired``);
 * ``POST /lifetime`` — ``{"seconds": n}``: what the issuers mint from now on lives ``n`` s.

@@ -32,6 +32,7 @@ PORTS: dict[str, int] = {
     "openai": 5009,
     "bedrock": 5010,
     "azure-openai": 5011,
+    "vertex-ai": 5012,
 }
 """Stand-in → port; the Service's port names are these names."""
 TLS = frozenset({"oidc", "azure", "pod-identity"})

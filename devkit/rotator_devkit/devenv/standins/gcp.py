@@ -47,6 +47,7 @@ class GCPStandIn(Stub):
         self.service_accounts: set[str] = set()  # impersonable emails
         self.keys: dict[str, Any] = {}  # client_email → public key
         self.kinds: dict[str, str] = {}  # token → kind
+        self.expiries: dict[str, float] = {}  # token → when it stops being accepted
         self.may_impersonate = {"federated", "metadata"}
         """Kinds of token ``generateAccessToken`` accepts as its bearer: federated ones, and
         those of a metadata server (gce_metadata.py)."""
@@ -83,6 +84,12 @@ class GCPStandIn(Stub):
         with self._issued_lock:
             return self.kinds.get(token)
 
+    def expires_at(self, token: str) -> float | None:
+        """When a token this stand-in minted stops being valid (epoch seconds); None for one it
+        never minted. What a Google API (the Vertex AI stand-in) checks a bearer token against."""
+        with self._issued_lock:
+            return self.expiries.get(token)
+
     def handle(self, handler: BaseHTTPRequestHandler, method: str, body: bytes) -> None:
         path = handler.path.split("?")[0]
         if method == "POST" and path == "/v1/token":
@@ -110,7 +117,8 @@ class GCPStandIn(Stub):
         if claims is None:
             return self._error(handler, 400, "invalid_grant", "exchange", why)
         self.counted("exchange")
-        token = self._issue("federated")
+        lifetime = self.lifetime  # once: what is told is what is recorded
+        token = self._issue("federated", lifetime)
         self._json(
             handler,
             200,
@@ -118,7 +126,7 @@ class GCPStandIn(Stub):
                 "access_token": token,
                 "issued_token_type": ACCESS_TOKEN,
                 "token_type": "Bearer",
-                "expires_in": self.lifetime,
+                "expires_in": lifetime,
             },
         )
 
@@ -133,10 +141,10 @@ class GCPStandIn(Stub):
         if not request.get("scope"):
             return self._error(handler, 400, "INVALID_ARGUMENT", "impersonate")
         self.counted("impersonate")
-        expire = datetime.fromtimestamp(time.time() + self.lifetime, tz=UTC).strftime(
-            "%Y-%m-%dT%H:%M:%SZ"
-        )
-        self._json(handler, 200, {"accessToken": self._issue("impersonated"), "expireTime": expire})
+        end = int(time.time() + self.lifetime)  # expireTime has no fractional seconds
+        token = self._issue("impersonated", end=end)
+        expire = datetime.fromtimestamp(end, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        self._json(handler, 200, {"accessToken": token, "expireTime": expire})
 
     def _jwt_bearer(self, form: dict[str, str], handler: BaseHTTPRequestHandler) -> None:
         if form.get("grant_type") != JWT_BEARER:
@@ -163,25 +171,31 @@ class GCPStandIn(Stub):
         except jwt.PyJWTError as exc:
             return self._error(handler, 400, "invalid_grant", "oauth", type(exc).__name__)
         self.counted("oauth")
+        lifetime = self.lifetime
         self._json(
             handler,
             200,
             {
-                "access_token": self._issue("service-account"),
-                "expires_in": self.lifetime,
+                "access_token": self._issue("service-account", lifetime),
+                "expires_in": lifetime,
                 "token_type": "Bearer",
             },
         )
 
-    def issue(self, kind: str) -> str:
-        """A new access token of ``kind``, which :meth:`was_issued` will recognise (for a
-        metadata server stand-in, whose tokens Google's APIs accept)."""
-        return self._issue(kind)
+    def issue(self, kind: str, lifetime: int | None = None) -> str:
+        """A new access token of ``kind`` living ``lifetime`` s (default: :attr:`lifetime`),
+        which :meth:`was_issued` will recognise (for a metadata server stand-in, whose tokens
+        Google's APIs accept)."""
+        return self._issue(kind, lifetime)
 
-    def _issue(self, kind: str) -> str:
+    def _issue(self, kind: str, lifetime: int | None = None, *, end: float | None = None) -> str:
+        """A new token, valid until ``end`` (default: ``lifetime`` s from now)."""
         token = f"ya29.{kind}-{secrets.token_urlsafe(24)}"
+        if end is None:
+            end = time.time() + (self.lifetime if lifetime is None else lifetime)
         with self._issued_lock:
             self.kinds[token] = kind
+            self.expiries[token] = end
         self.remember(token)
         return token
 

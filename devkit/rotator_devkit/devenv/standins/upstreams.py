@@ -11,10 +11,16 @@ credential the way the real API does, and recording every request with what it f
 * :class:`AzureOpenAIStandIn` — ``POST /openai/deployments/{d}/chat/completions``: the bearer
   token must be one the Azure AD stand-in minted and not yet expired
   (:meth:`AzureStandIn.expires_at`); or an ``api-key`` it accepts.
+* :class:`VertexAIStandIn` — Vertex AI's OpenAI-compatible endpoint, ``POST
+  /v1/projects/{project}/locations/{location}/endpoints/openapi/chat/completions``: the bearer
+  token must be one the Google token services' stand-in minted and not yet expired
+  (:meth:`GCPStandIn.expires_at`), the model named with its publisher (``google/…``), as
+  Vertex AI requires.
 
 A :class:`Seen` record holds a verdict, never a credential's bytes: ``current`` (accepted),
 ``expired`` (issued, past its end — for an API key, accepted once and since retired: the one
-thing a gateway must never send), ``unknown`` (never issued) or ``missing``. The clock is
+thing a gateway must never send), ``unknown`` (never issued), ``missing``, or ``refused`` (a
+current credential on a request answered 404 or 400). The clock is
 injected (``now``) so the verdicts follow the same time as the issuers'.
 """
 
@@ -24,16 +30,20 @@ import hashlib
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from rotator_devkit.devenv.standins import aws
 from rotator_devkit.devenv.standins.azure import AzureStandIn
+from rotator_devkit.devenv.standins.gcp import GCPStandIn
 from rotator_devkit.devenv.standins.httpstub import Stub
 
 CURRENT, EXPIRED, UNKNOWN, MISSING = "current", "expired", "unknown", "missing"
+REFUSED = "refused"
+"""A current credential on a request refused for another reason (a path not served, a model
+not named as the API wants): not a use of the credential."""
 
 
 @dataclass(frozen=True)
@@ -76,14 +86,22 @@ class ModelUpstream(Stub):
     def handle(self, handler: BaseHTTPRequestHandler, method: str, body: bytes) -> None:
         path = handler.path.split("?")[0]
         verdict, label = self.check(handler, body)
+        served = method == "POST" and self.serves(path)
+        invalid = self.invalid(body) if served and verdict == CURRENT else None
+        # a current credential on a request that is not answered is not a use of it: recorded
+        # REFUSED, so that no count of served rotations includes it; any other verdict is kept
+        # (an expired credential sent is the one thing a gateway must never do, path or not)
+        recorded = REFUSED if verdict == CURRENT and (not served or invalid) else verdict
         with self._seen_lock:
-            self.seen.append(Seen(self.now(), path, verdict, label))
-        self.counted(verdict)
-        if method != "POST" or not self.serves(path):
+            self.seen.append(Seen(self.now(), path, recorded, label))
+        self.counted(recorded)
+        if not served:
             return self.reply(handler, 404, b'{"error": "not found"}', "application/json")
         if verdict != CURRENT:
             status, answer = self.refusal(verdict)
             return self.reply(handler, status, answer, "application/json")
+        if invalid is not None:
+            return self.reply(handler, 400, json.dumps(invalid).encode(), "application/json")
         self.reply(handler, 200, json.dumps(self.answer(path, body)).encode(), "application/json")
 
     # --- for subclasses ----------------------------------------------------------------------
@@ -96,6 +114,11 @@ class ModelUpstream(Stub):
 
     def answer(self, path: str, body: bytes) -> dict[str, Any]:
         return chat_completion(_model(body))
+
+    def invalid(self, body: bytes) -> dict[str, Any] | None:
+        """The error answer (400) to an authenticated request the API would refuse; None when
+        it would serve it. Checked after the credential, as the real APIs do."""
+        return None
 
     def refusal(self, verdict: str) -> tuple[int, bytes]:
         return 401, json.dumps({"error": {"message": f"credential {verdict}"}}).encode()
@@ -229,3 +252,53 @@ class BedrockStandIn(ModelUpstream):
     def refusal(self, verdict: str) -> tuple[int, bytes]:
         code = "ExpiredTokenException" if verdict == EXPIRED else "UnrecognizedClientException"
         return 403, json.dumps({"message": f"credential {verdict}", "__type": code}).encode()
+
+
+class VertexAIStandIn(ModelUpstream):
+    """Vertex AI's OpenAI-compatible chat completions: a bearer token minted by ``google`` (the
+    Google token services' stand-in: STS, IAM credentials, OAuth, a metadata server) and not
+    expired, on a project and location path, for a model named ``google/<model>``.
+    ``locations`` (project, region), when any, are the only ones served (any other path is
+    answered 404): a gateway must put the policy's project and region in the path."""
+
+    PREFIX = "/v1/projects/"
+    SUFFIX = "/endpoints/openapi/chat/completions"
+    PUBLISHER = "google/"
+
+    def __init__(
+        self,
+        google: GCPStandIn,
+        *,
+        locations: Iterable[tuple[str, str]] = (),
+        now: Callable[[], float] = time.time,
+    ) -> None:
+        super().__init__(now=now)
+        self.google = google
+        self.locations = set(locations)
+        """Added to as policies are registered (:meth:`ProviderStandIns.register`)."""
+
+    def check(self, handler: BaseHTTPRequestHandler, body: bytes) -> tuple[str, str]:
+        scheme, _, token = (handler.headers.get("Authorization") or "").partition(" ")
+        if scheme != "Bearer" or not token:
+            return MISSING, "-"
+        expires = self.google.expires_at(token)
+        if expires is None:
+            return UNKNOWN, self.label(token)
+        return (CURRENT if self.now() < expires else EXPIRED), self.label(token)
+
+    def serves(self, path: str) -> bool:
+        if not (path.startswith(self.PREFIX) and path.endswith(self.SUFFIX)):
+            return False
+        parts = path[len(self.PREFIX) : -len(self.SUFFIX)].split("/")
+        return (
+            len(parts) == 3
+            and parts[1] == "locations"
+            and bool(parts[0] and parts[2])
+            and (not self.locations or (parts[0], parts[2]) in self.locations)
+        )
+
+    def invalid(self, body: bytes) -> dict[str, Any] | None:
+        if _model(body).startswith(self.PUBLISHER):
+            return None
+        # Vertex AI answers 400 for a model without its publisher (``gemini-2.0-flash``)
+        return {"error": {"code": 400, "message": "model must be google/<model>"}}
