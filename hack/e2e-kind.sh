@@ -7,7 +7,8 @@
 #   2. node-image hack/kind/node-image.sh: the node image, built once and cached (KIND_NODE_IMAGE:
 #                 a published one instead)
 #   3. cluster    hack/kind/cluster.sh up: cluster $KIND_CLUSTER (default rotator-e2e), CoreDNS up
-#   4. images     the controller image of this checkout (B, localhost/rotator:e2e), of the commit in
+#   4. images     (built from the end of stage 1 on, alongside 2 and 3; this stage waits for them)
+#                 the controller image of this checkout (B, localhost/rotator:e2e), of the commit in
 #                 hack/kind/upgrade-from (A, from a git worktree under the cache; its archive cached
 #                 by commit) and the dev-kit image (localhost/rotator-devkit:e2e), as docker archives
 #   5. load       the archives into the node (never pulled)
@@ -32,9 +33,18 @@ timings=()
 stage_name=""
 stage_start=0
 t_all=$SECONDS
+kill_tree() { # <pid>: TERM to a process and everything under it (buildah under hack/image.sh)
+  local child
+  for child in $(pgrep -P "$1" 2>/dev/null); do kill_tree "$child"; done
+  kill -TERM "$1" 2>/dev/null || true
+}
 cleanup() {
   local rc=$? t=$SECONDS
   trap - EXIT INT TERM
+  if [[ -n ${images_pid:-} ]]; then  # a failure before the images were waited for: stop them
+    kill_tree "$images_pid"
+    wait "$images_pid" 2>/dev/null || true
+  fi
   if [[ -n $stage_name ]]; then timings+=("$stage_name $((SECONDS - stage_start)) s (failed)"); fi
   if [[ $keep == 1 && $cluster_up == 1 ]]; then
     echo "e2e-kind: KIND_KEEP=1: cluster $KIND_CLUSTER kept; kubeconfig $KIND_KUBECONFIG" >&2
@@ -71,26 +81,6 @@ else
   export KIND_KUBECONFIG=${KIND_KUBECONFIG:-$work/kubeconfig}
 fi
 
-start_docker() {
-  local out
-  out=$(hack/kind/docker.sh start)
-  if [[ $(tail -n 1 <<<"$out") == started ]]; then docker_started=1; fi
-}
-stage docker start_docker
-
-node_image=""
-find_node_image() { node_image=$(hack/kind/node-image.sh | tail -n 1); }
-stage node-image find_node_image
-export KIND_NODE_IMAGE=$node_image  # cluster.sh up uses it as it is
-
-if hack/kind/cluster.sh exists; then
-  echo "e2e-kind: a kind cluster $KIND_CLUSTER exists already (a kept run, or someone else's); it is" \
-    "left alone: delete it (KIND_CLUSTER=$KIND_CLUSTER hack/kind/cluster.sh down) or set another KIND_CLUSTER" >&2
-  exit 1
-fi
-cluster_up=1  # from here on a (partly) created cluster is deleted
-stage cluster hack/kind/cluster.sh up
-
 # Image A: the pinned earlier commit, from a worktree under the cache
 commit_a=$(grep -v '^[[:space:]]*#' hack/kind/upgrade-from | awk 'NF {print $1; exit}')
 [[ $commit_a =~ ^[0-9a-f]{40}$ ]] || { echo "e2e-kind: hack/kind/upgrade-from holds no commit" >&2; exit 1; }
@@ -121,7 +111,45 @@ images() {
   IMAGE=localhost/rotator-devkit:e2e ARCHIVE=$archive_devkit hack/devkit-image.sh >/dev/null
   echo "e2e-kind: dev-kit image (localhost/rotator-devkit:e2e) built in $((SECONDS - t)) s" >&2
 }
-stage images images
+# The images take minutes of pip and buildah and need neither Docker nor the node image, so they
+# are built while those come up (on a fresh machine the node image's Go builds and the images'
+# downloads overlap: minutes off the stage); the images stage waits for them and prints their log.
+images_pid=""
+images_log=$work/images.log
+images_started=0
+wait_images() {
+  local rc=0
+  wait "$images_pid" || rc=$?
+  images_pid=""
+  cat "$images_log" >&2
+  echo "e2e-kind: images built in $((SECONDS - images_started)) s, alongside node-image and cluster" >&2
+  return "$rc"
+}
+
+start_docker() {
+  local out
+  out=$(hack/kind/docker.sh start)
+  if [[ $(tail -n 1 <<<"$out") == started ]]; then docker_started=1; fi
+}
+stage docker start_docker
+( images ) >"$images_log" 2>&1 &  # after Docker answers: without it, the stage stops here
+images_pid=$!
+images_started=$SECONDS
+
+node_image=""
+find_node_image() { node_image=$(hack/kind/node-image.sh | tail -n 1); }
+stage node-image find_node_image
+export KIND_NODE_IMAGE=$node_image  # cluster.sh up uses it as it is
+
+if hack/kind/cluster.sh exists; then
+  echo "e2e-kind: a kind cluster $KIND_CLUSTER exists already (a kept run, or someone else's); it is" \
+    "left alone: delete it (KIND_CLUSTER=$KIND_CLUSTER hack/kind/cluster.sh down) or set another KIND_CLUSTER" >&2
+  exit 1
+fi
+cluster_up=1  # from here on a (partly) created cluster is deleted
+stage cluster hack/kind/cluster.sh up
+
+stage images wait_images
 stage load hack/kind/cluster.sh load "$archive_b" "$archive_a" "$archive_devkit"
 
 kubectl=$(command -v kubectl || echo "$(hack/testenv.sh | tail -n 1)/kubectl")

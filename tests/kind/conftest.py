@@ -205,13 +205,29 @@ def scan_logs(logs: ControllerLogs, standins: StandIns) -> None:  # noqa: F811
     assert not found, found
 
 
+FIGURES = pytest.StashKey[list[str]]()
+"""The figures the session measured, for :func:`pytest_terminal_summary`."""
+
+
 @pytest.fixture
-def figure(record_testsuite_property: figures.Record) -> Callable[..., None]:
-    """``figure(name, key=value, ...)``: prints a measured figure and records it as a property
+def figure(
+    request: pytest.FixtureRequest, record_testsuite_property: figures.Record
+) -> Callable[..., None]:
+    """``figure(name, key=value, ...)``: prints a measured figure, records it as a property
     of the test suite in the junit XML (tests/kind/figures.py; a test case's own properties
-    are not in pytest's default xunit2 format)."""
+    are not in pytest's default xunit2 format), and lists it at the end of the run, so that a
+    run without ``-s`` (``.ci/run``'s) shows every figure too."""
 
     def report(name: str, **values: Any) -> None:
-        figures.report(record_testsuite_property, name, **values)
+        text = figures.report(record_testsuite_property, name, **values)
+        request.config.stash.setdefault(FIGURES, []).append(text)
 
     return report
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    measured = config.stash.get(FIGURES, [])
+    if measured:
+        terminalreporter.section("kind figures")
+        for text in measured:
+            terminalreporter.write_line(text)

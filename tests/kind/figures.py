@@ -15,10 +15,12 @@ def line(name: str, **values: Any) -> str:
     return f"kind-figure {name} {parts}"
 
 
-def report(record: Record, name: str, **values: Any) -> None:
+def report(record: Record, name: str, **values: Any) -> str:
+    """Prints and records the figure's line; returns it."""
     text = line(name, **values)
     print(f"\n{text}", flush=True)
     record(name, text)
+    return text
 
 
 def _format(value: Any) -> str:
