@@ -106,9 +106,10 @@ _PROVIDERS = {
     "AzureOpenAI": "azure",
     "AWSBedrock": "bedrock",
     "Anthropic": "anthropic",
+    "GCPVertexAI": "openai",
 }
-"""ServiceBackend ``schema`` → LiteLLM provider prefix. ``GCPVertexAI`` is :func:`_vertex`'s;
-``GCPAnthropic`` is absent (see the module's docstring)."""
+"""ServiceBackend ``schema`` → LiteLLM provider prefix. ``GCPVertexAI``'s parameters are
+:func:`_vertex`'s; ``GCPAnthropic`` is absent (see the module's docstring)."""
 
 VERTEX = "GCPVertexAI"
 VERTEX_PUBLISHER = "google"
@@ -266,13 +267,13 @@ def _unchecked_params(
     backend: routeconfig.ResolvedBackend, model: str
 ) -> tuple[dict[str, Any], str | None]:
     schema = backend.spec["schema"]
-    provider = "openai" if schema == VERTEX else _PROVIDERS.get(schema)
+    provider = _PROVIDERS.get(schema)
     if provider is None:
         return {}, f"schema {schema}: not rendered for LiteLLM"
     if "sni" in (backend.spec["endpoint"].get("tls") or {}):
         return {}, "tls.sni: LiteLLM has no setting for the TLS server name"
     if schema == VERTEX:
-        return _vertex(backend, model)
+        return _vertex(backend, provider, model)
     params: dict[str, Any] = {"model": f"{provider}/{model}"}
     if provider == "bedrock":
         params["aws_bedrock_runtime_endpoint"] = _url(backend)
@@ -354,7 +355,9 @@ def _aws(params: dict[str, Any], c: routeconfig.ResolvedCredentials) -> str | No
     return None
 
 
-def _vertex(backend: routeconfig.ResolvedBackend, model: str) -> tuple[dict[str, Any], str | None]:
+def _vertex(
+    backend: routeconfig.ResolvedBackend, provider: str, model: str
+) -> tuple[dict[str, Any], str | None]:
     """A ``GCPVertexAI`` deployment: LiteLLM's ``openai`` provider at Vertex AI's
     OpenAI-compatible endpoint of the policy's project and region, the access token its
     ``api_key`` (see the module's docstring). Messages name fields, never their values: a
@@ -374,18 +377,10 @@ def _vertex(backend: routeconfig.ResolvedBackend, model: str) -> tuple[dict[str,
         return {}, "credential type GCPCredentials: the policy has no gcpCredentials block"
     if (problem := _location_problem(c.gcp)) is not None:
         return {}, problem
-    token = c.data.get("gcpAccessToken", "")
-    if not token:
-        return {}, (
-            "credential type GCPCredentials: data.gcpAccessToken is empty, and LiteLLM's openai "
-            "provider would send the proxy's own credentials instead"
-        )
     path = f"/v1/projects/{c.gcp.project}/locations/{c.gcp.region}/endpoints/openapi"
-    return {
-        "model": f"openai/{VERTEX_PUBLISHER}/{model}",
-        "api_base": _url(backend, path),
-        "api_key": token,
-    }, None
+    params = {"model": f"{provider}/{VERTEX_PUBLISHER}/{model}", "api_base": _url(backend, path)}
+    problem = _credentials(params, provider, c)  # the token as an OpenAI api_key
+    return (params, None) if problem is None else ({}, problem)
 
 
 def _location_problem(gcp: routeconfig.GCPLocation) -> str | None:

@@ -118,7 +118,7 @@ def test_vertex_ai_takes_a_google_token_until_it_expires_on_its_project_for_a_pu
     None
 ):
     google = GCPStandIn(lifetime=60)
-    token = google.issue("federated")
+    token = google.issue("federated", 60)
     now = [time.time()]
     up = upstreams.VertexAIStandIn(
         google, locations={("my-project", "us-central1")}, now=lambda: now[0]

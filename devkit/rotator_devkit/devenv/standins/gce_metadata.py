@@ -104,8 +104,9 @@ class GCEMetadataServer(Stub):
         if leaf == "token":
             self.scopes_asked.append(query.get("scopes", ""))
             self.counted("token")
-            token = self.google.issue(TOKEN_KIND, self.lifetime)
-            answer = {"access_token": token, "expires_in": self.lifetime, "token_type": "Bearer"}
+            lifetime = self.lifetime  # once: what is told is what is recorded
+            token = self.google.issue(TOKEN_KIND, lifetime)
+            answer = {"access_token": token, "expires_in": lifetime, "token_type": "Bearer"}
             return self._reply(handler, 200, json.dumps(answer), "application/json")
         self._refuse(handler, 404, "not found")
 

@@ -46,8 +46,7 @@ class GCPStandIn(Stub):
         self.providers: dict[str, set[str]] = {}  # provider audience → accepted subject audiences
         self.service_accounts: set[str] = set()  # impersonable emails
         self.keys: dict[str, Any] = {}  # client_email → public key
-        self.kinds: dict[str, str] = {}  # token → kind
-        self.expiries: dict[str, float] = {}  # token → when it stops being accepted
+        self.tokens: dict[str, tuple[str, float]] = {}  # token → (kind, when it ends)
         self.may_impersonate = {"federated", "metadata"}
         """Kinds of token ``generateAccessToken`` accepts as its bearer: federated ones, and
         those of a metadata server (gce_metadata.py)."""
@@ -82,13 +81,15 @@ class GCPStandIn(Stub):
 
     def was_issued(self, token: str) -> str | None:
         with self._issued_lock:
-            return self.kinds.get(token)
+            found = self.tokens.get(token)
+        return None if found is None else found[0]
 
     def expires_at(self, token: str) -> float | None:
         """When a token this stand-in minted stops being valid (epoch seconds); None for one it
         never minted. What a Google API (the Vertex AI stand-in) checks a bearer token against."""
         with self._issued_lock:
-            return self.expiries.get(token)
+            found = self.tokens.get(token)
+        return None if found is None else found[1]
 
     def handle(self, handler: BaseHTTPRequestHandler, method: str, body: bytes) -> None:
         path = handler.path.split("?")[0]
@@ -118,7 +119,7 @@ class GCPStandIn(Stub):
             return self._error(handler, 400, "invalid_grant", "exchange", why)
         self.counted("exchange")
         lifetime = self.lifetime  # once: what is told is what is recorded
-        token = self._issue("federated", lifetime)
+        token = self._issue("federated", time.time() + lifetime)
         self._json(
             handler,
             200,
@@ -142,7 +143,7 @@ class GCPStandIn(Stub):
             return self._error(handler, 400, "INVALID_ARGUMENT", "impersonate")
         self.counted("impersonate")
         end = int(time.time() + self.lifetime)  # expireTime has no fractional seconds
-        token = self._issue("impersonated", end=end)
+        token = self._issue("impersonated", end)
         expire = datetime.fromtimestamp(end, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         self._json(handler, 200, {"accessToken": token, "expireTime": expire})
 
@@ -176,26 +177,23 @@ class GCPStandIn(Stub):
             handler,
             200,
             {
-                "access_token": self._issue("service-account", lifetime),
+                "access_token": self._issue("service-account", time.time() + lifetime),
                 "expires_in": lifetime,
                 "token_type": "Bearer",
             },
         )
 
-    def issue(self, kind: str, lifetime: int | None = None) -> str:
-        """A new access token of ``kind`` living ``lifetime`` s (default: :attr:`lifetime`),
-        which :meth:`was_issued` will recognise (for a metadata server stand-in, whose tokens
-        Google's APIs accept)."""
-        return self._issue(kind, lifetime)
+    def issue(self, kind: str, lifetime: int) -> str:
+        """A new access token of ``kind`` living ``lifetime`` s, which :meth:`was_issued` and
+        :meth:`expires_at` will recognise (for a metadata server stand-in, whose tokens Google's
+        APIs accept)."""
+        return self._issue(kind, time.time() + lifetime)
 
-    def _issue(self, kind: str, lifetime: int | None = None, *, end: float | None = None) -> str:
-        """A new token, valid until ``end`` (default: ``lifetime`` s from now)."""
+    def _issue(self, kind: str, end: float) -> str:
+        """A new token, valid until ``end`` (epoch seconds)."""
         token = f"ya29.{kind}-{secrets.token_urlsafe(24)}"
-        if end is None:
-            end = time.time() + (self.lifetime if lifetime is None else lifetime)
         with self._issued_lock:
-            self.kinds[token] = kind
-            self.expiries[token] = end
+            self.tokens[token] = (kind, end)
         self.remember(token)
         return token
 

@@ -115,6 +115,19 @@ class ModelUpstream(Stub):
     def answer(self, path: str, body: bytes) -> dict[str, Any]:
         return chat_completion(_model(body))
 
+    def bearer(
+        self, handler: BaseHTTPRequestHandler, expires_at: Callable[[str], float | None]
+    ) -> tuple[str, str] | None:
+        """The verdict on an ``Authorization: Bearer`` token an issuer minted, by its end
+        (``expires_at``: None for a token it never minted); None without such a header."""
+        scheme, _, token = (handler.headers.get("Authorization") or "").partition(" ")
+        if scheme != "Bearer" or not token:
+            return None
+        expires = expires_at(token)
+        if expires is None:
+            return UNKNOWN, self.label(token)
+        return (CURRENT if self.now() < expires else EXPIRED), self.label(token)
+
     def invalid(self, body: bytes) -> dict[str, Any] | None:
         """The error answer (400) to an authenticated request the API would refuse; None when
         it would serve it. Checked after the credential, as the real APIs do."""
@@ -193,12 +206,8 @@ class AzureOpenAIStandIn(ModelUpstream):
         self.remember(*keys)
 
     def check(self, handler: BaseHTTPRequestHandler, body: bytes) -> tuple[str, str]:
-        scheme, _, token = (handler.headers.get("Authorization") or "").partition(" ")
-        if scheme == "Bearer" and token:
-            expires = self.identity.expires_at(token)
-            if expires is None:
-                return UNKNOWN, self.label(token)
-            return (CURRENT if self.now() < expires else EXPIRED), self.label(token)
+        if (bearer := self.bearer(handler, self.identity.expires_at)) is not None:
+            return bearer
         key = handler.headers.get("api-key") or ""
         if not key:
             return MISSING, "-"
@@ -278,13 +287,7 @@ class VertexAIStandIn(ModelUpstream):
         """Added to as policies are registered (:meth:`ProviderStandIns.register`)."""
 
     def check(self, handler: BaseHTTPRequestHandler, body: bytes) -> tuple[str, str]:
-        scheme, _, token = (handler.headers.get("Authorization") or "").partition(" ")
-        if scheme != "Bearer" or not token:
-            return MISSING, "-"
-        expires = self.google.expires_at(token)
-        if expires is None:
-            return UNKNOWN, self.label(token)
-        return (CURRENT if self.now() < expires else EXPIRED), self.label(token)
+        return self.bearer(handler, self.google.expires_at) or (MISSING, "-")
 
     def serves(self, path: str) -> bool:
         if not (path.startswith(self.PREFIX) and path.endswith(self.SUFFIX)):
