@@ -6,6 +6,7 @@
 #   1. docker     hack/kind/docker.sh start: an engine that answers (dockerd started when none does)
 #   2. node-image hack/kind/node-image.sh: the node image, built once and cached (KIND_NODE_IMAGE:
 #                 a published one instead)
+#   (after)       with E2E_KIND_CLUSTER_AFTER (below) only: waits for that file
 #   3. cluster    hack/kind/cluster.sh up: cluster $KIND_CLUSTER (default rotator-e2e), CoreDNS up
 #   4. images     (built from the end of stage 1 on, alongside 2 and 3; this stage waits for them)
 #                 the controller image of this checkout (B, localhost/rotator:e2e), of the commit in
@@ -16,6 +17,11 @@
 #                 through the kubeconfig against the live installation)
 # Always, also on failure or Ctrl-C: the cluster is deleted and a dockerd this run started is
 # stopped (with its bridges). KIND_KEEP=1 keeps both and prints how to delete them.
+#
+# E2E_KIND_CLUSTER_AFTER=<file> (.ci/run, which runs make test meanwhile): the builds (stages 2 and
+# 4) run at the lowest CPU priority (nice 19), so they take only the CPU the other work leaves
+# idle, and a stage `after` waits, before the cluster is created, until <file> exists. A TERM or
+# INT at any point (.ci/run's when make test fails) stops the builds and cleans up at once.
 #
 # Needs Docker (an engine that answers, or root and Debian's docker.io), Go, buildah, mmdebstrap.
 # Without Docker it fails with the reason (.ci/run skips the stage there: docker.sh check).
@@ -33,6 +39,9 @@ timings=()
 stage_name=""
 stage_start=0
 t_all=$SECONDS
+after=${E2E_KIND_CLUSTER_AFTER:-}
+builds=()  # how the builds run: at nice 19 while other work runs beside them (E2E_KIND_CLUSTER_AFTER)
+if [[ -n $after ]]; then builds=(nice -n 19); fi
 kill_tree() { # <pid>: TERM to a process and everything under it (buildah under hack/image.sh)
   local child
   for child in $(pgrep -P "$1" 2>/dev/null); do kill_tree "$child"; done
@@ -41,10 +50,11 @@ kill_tree() { # <pid>: TERM to a process and everything under it (buildah under 
 cleanup() {
   local rc=$? t=$SECONDS
   trap - EXIT INT TERM
-  if [[ -n ${images_pid:-} ]]; then  # a failure before the images were waited for: stop them
-    kill_tree "$images_pid"
-    wait "$images_pid" 2>/dev/null || true
-  fi
+  local pid
+  for pid in ${images_pid:-} ${node_image_pid:-}; do  # a failure before they were waited for
+    kill_tree "$pid"
+    wait "$pid" 2>/dev/null || true
+  done
   if [[ -n $stage_name ]]; then timings+=("$stage_name $((SECONDS - stage_start)) s (failed)"); fi
   if [[ $keep == 1 && $cluster_up == 1 ]]; then
     echo "e2e-kind: KIND_KEEP=1: cluster $KIND_CLUSTER kept; kubeconfig $KIND_KUBECONFIG" >&2
@@ -52,7 +62,9 @@ cleanup() {
       "$( [[ $docker_started == 1 ]] && echo '&& hack/kind/docker.sh stop')" >&2
   else
     if [[ $cluster_up == 1 ]]; then hack/kind/cluster.sh down || rc=1; fi
-    if [[ $docker_started == 1 ]]; then hack/kind/docker.sh stop || rc=1; fi
+    # What runs in a dockerd this run started is this run's (a build's container, when a TERM
+    # came in the middle of `kind build node-image`): it is stopped with it.
+    if [[ $docker_started == 1 ]]; then KIND_DOCKER_STOP_FORCE=1 hack/kind/docker.sh stop || rc=1; fi
   fi
   if [[ -n $work ]]; then rm -rf "$work"; fi
   timings+=("cleanup $((SECONDS - t)) s")
@@ -132,14 +144,34 @@ start_docker() {
   if [[ $(tail -n 1 <<<"$out") == started ]]; then docker_started=1; fi
 }
 stage docker start_docker
-( images ) >"$images_log" 2>&1 &  # after Docker answers: without it, the stage stops here
+(  # after Docker answers: without it, the stage stops here
+  if [[ -n $after ]]; then renice -n 19 -p "$BASHPID" >/dev/null; fi
+  images
+) >"$images_log" 2>&1 &
 images_pid=$!
 images_started=$SECONDS
 
+# In the background and waited for, so that a TERM or INT is acted on at once (bash runs a trap
+# only when its foreground command ends; `wait` it interrupts), and cleanup stops the build.
 node_image=""
-find_node_image() { node_image=$(hack/kind/node-image.sh | tail -n 1); }
+node_image_pid=""
+find_node_image() {
+  "${builds[@]}" hack/kind/node-image.sh >"$work/node-image.out" &
+  node_image_pid=$!
+  wait "$node_image_pid"
+  node_image_pid=""
+  node_image=$(tail -n 1 "$work/node-image.out")
+}
 stage node-image find_node_image
 export KIND_NODE_IMAGE=$node_image  # cluster.sh up uses it as it is
+
+# The cluster runs at the engine's priority and its tests at this script's, so it waits until the
+# work beside it is done (make test's timing bounds are not shared with a cluster).
+wait_after() {
+  echo "e2e-kind: waiting for $after before the cluster is created" >&2
+  until [[ -e $after ]]; do sleep 1; done
+}
+if [[ -n $after ]]; then stage after wait_after; fi
 
 if hack/kind/cluster.sh exists; then
   echo "e2e-kind: a kind cluster $KIND_CLUSTER exists already (a kept run, or someone else's); it is" \

@@ -10,6 +10,7 @@ import json
 import shutil
 import subprocess
 import tarfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -114,3 +115,97 @@ def test_node_image_archives_name_every_image_as_kind_asks_for_it_first(tmp_path
         "registry.k8s.io/pause": {"3.10": "abc"},
         "docker.io/library/busybox": {"1": "abc"},
     }
+
+
+def answering_docker_path(tmp_path: Path) -> str:
+    """The no-Docker PATH, but with a docker client whose engine answers (and does nothing else),
+    a `git` that records the niceness it runs at and fails (the images' first step), and a `nice`
+    that records its arguments: what hack/e2e-kind.sh does before its cluster, seen from outside."""
+    bin_dir = Path(no_docker_path(tmp_path))
+    for tool in ("pgrep", "renice", "touch"):
+        found = shutil.which(tool)
+        assert found, tool
+        (bin_dir / tool).symlink_to(found)
+    scripts = {
+        "docker": '[ "$1" = version ] && { echo 20.10.0; exit 0; }\nexit 1',
+        "git": f"awk '{{print $19}}' /proc/self/stat >> {tmp_path / 'git-niceness'}\nexit 1",
+        "nice": f'printf "%s\\n" "$*" >> {tmp_path / "nice-args"}\nexec {shutil.which("nice")} "$@"',
+    }
+    for name, body in scripts.items():
+        script = bin_dir / name
+        script.unlink(missing_ok=True)
+        script.write_text(f"#!/bin/sh\n{body}\n")
+        script.chmod(0o755)
+    return str(bin_dir)
+
+
+def start_gated_run(tmp_path: Path, gate: Path) -> tuple[subprocess.Popen[bytes], Path]:
+    (tmp_path / "tmp").mkdir()
+    env = {
+        "PATH": answering_docker_path(tmp_path),
+        "HOME": str(tmp_path / "home"),
+        "TMPDIR": str(tmp_path / "tmp"),
+        "KIND_STATE": str(tmp_path / "state"),
+        "KIND_NODE_IMAGE": "kindest/node:v0.0.0",  # printed as it is: nothing is built
+        "E2E_KIND_CLUSTER_AFTER": str(gate),
+    }
+    log = tmp_path / "e2e-kind.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            ["bash", "hack/e2e-kind.sh"], cwd=ROOT, env=env, stdout=out, stderr=out
+        )
+    return process, log
+
+
+def wait_for_text(log: Path, text: str, process: subprocess.Popen[bytes]) -> str:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        content = log.read_text()
+        if text in content:
+            return content
+        assert process.poll() is None, content
+        time.sleep(0.05)
+    raise AssertionError(f"{text!r} not in {log.read_text()!r}")
+
+
+def test_with_a_gate_the_builds_run_at_nice_19_and_the_cluster_waits_for_the_file(
+    tmp_path: Path,
+) -> None:
+    gate = tmp_path / "make-test-passed"
+    process, log = start_gated_run(tmp_path, gate)
+    try:
+        wait_for_text(log, "waiting for", process)
+        time.sleep(0.5)  # an observation window, not a synchronisation: it must still wait
+        assert process.poll() is None
+        assert "-- cluster" not in log.read_text()
+        gate.touch()
+        assert process.wait(timeout=30) != 0  # no kind here: the cluster stage fails
+    finally:
+        process.kill()
+        process.wait()
+    out = log.read_text()
+    assert "e2e-kind: after done in" in out
+    assert out.index("e2e-kind: after done in") < out.index("-- cluster")
+    assert (tmp_path / "nice-args").read_text().split()[:2] == ["-n", "19"]
+    assert (tmp_path / "git-niceness").read_text().split()[0] == "19"
+    assert list((tmp_path / "tmp").iterdir()) == []
+
+
+def test_a_term_while_waiting_for_the_gate_ends_the_run_at_once_with_its_cleanup(
+    tmp_path: Path,
+) -> None:
+    process, log = start_gated_run(tmp_path, tmp_path / "never-written")
+    try:
+        wait_for_text(log, "waiting for", process)
+        started = time.monotonic()
+        process.terminate()
+        assert process.wait(timeout=10) == 143
+        assert time.monotonic() - started < 5
+    finally:
+        process.kill()
+        process.wait()
+    out = log.read_text()
+    assert "after " in out.split("e2e-kind: timings:")[1]
+    assert "(failed)" in out
+    assert "-- cluster" not in out
+    assert list((tmp_path / "tmp").iterdir()) == []
