@@ -1,5 +1,7 @@
 # rotator — the two commands a developer needs are `make dev` and `make test`.
 SHELL := /bin/bash
+# pipefail: `assets=$$(hack/testenv.sh | tail -n 1)` fails when the build does, not with empty assets
+.SHELLFLAGS := -o pipefail -c
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
