@@ -18,10 +18,13 @@
 # Always, also on failure or Ctrl-C: the cluster is deleted and a dockerd this run started is
 # stopped (with its bridges). KIND_KEEP=1 keeps both and prints how to delete them.
 #
-# E2E_KIND_CLUSTER_AFTER=<file> (.ci/run, which runs make test meanwhile): the builds (stages 2 and
-# 4) run at the lowest CPU priority (nice 19), so they take only the CPU the other work leaves
-# idle, and a stage `after` waits, before the cluster is created, until <file> exists. A TERM or
-# INT at any point (.ci/run's when make test fails) stops the builds and cleans up at once.
+# E2E_KIND_CLUSTER_AFTER=<file> (.ci/run, which runs make test meanwhile): the builds of stages 2
+# and 4 (node-image.sh and the image scripts, with their Go, pip and buildah) run at nice 19, so
+# they take mostly the CPU the other work leaves idle (dockerd, and what it does for them, keeps its
+# own priority), and a stage `after` waits, before the cluster is created, until <file> exists.
+# A TERM or INT acts at once in every stage but docker (which ends within its 60 s): the long ones
+# run in the background and are waited for (bash runs a trap only when a foreground command ends;
+# a `wait` it interrupts), and cleanup stops them (.ci/run's TERM when make test fails).
 #
 # Needs Docker (an engine that answers, or root and Debian's docker.io), Go, buildah, mmdebstrap.
 # Without Docker it fails with the reason (.ci/run skips the stage there: docker.sh check).
@@ -51,10 +54,13 @@ cleanup() {
   local rc=$? t=$SECONDS
   trap - EXIT INT TERM
   local pid
-  for pid in ${images_pid:-} ${node_image_pid:-}; do  # a failure before they were waited for
+  for pid in ${images_pid:-} ${node_image_pid:-} ${stage_pid:-}; do  # stopped before they ended
     kill_tree "$pid"
     wait "$pid" 2>/dev/null || true
   done
+  # docker.sh start ended, but a TERM came before its answer was read
+  if [[ -f $work/docker.out && $(tail -n 1 "$work/docker.out") == started ]]; then docker_started=1; fi
+  if [[ -n ${node_image_pid:-} ]]; then remove_build_containers; fi
   if [[ -n $stage_name ]]; then timings+=("$stage_name $((SECONDS - stage_start)) s (failed)"); fi
   if [[ $keep == 1 && $cluster_up == 1 ]]; then
     echo "e2e-kind: KIND_KEEP=1: cluster $KIND_CLUSTER kept; kubeconfig $KIND_KUBECONFIG" >&2
@@ -62,9 +68,7 @@ cleanup() {
       "$( [[ $docker_started == 1 ]] && echo '&& hack/kind/docker.sh stop')" >&2
   else
     if [[ $cluster_up == 1 ]]; then hack/kind/cluster.sh down || rc=1; fi
-    # What runs in a dockerd this run started is this run's (a build's container, when a TERM
-    # came in the middle of `kind build node-image`): it is stopped with it.
-    if [[ $docker_started == 1 ]]; then KIND_DOCKER_STOP_FORCE=1 hack/kind/docker.sh stop || rc=1; fi
+    if [[ $docker_started == 1 ]]; then hack/kind/docker.sh stop || rc=1; fi
   fi
   if [[ -n $work ]]; then rm -rf "$work"; fi
   timings+=("cleanup $((SECONDS - t)) s")
@@ -75,11 +79,24 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-stage() { # <name> <command...>: runs a stage and records its seconds (a failed one: cleanup does)
+stage_pid=""
+stage() { # [--bg] <name> <command...>: runs a stage, records its seconds (a failed one: cleanup
+  # does); --bg: in the background, waited for (a command that sets no variable of this shell)
+  local bg=0
+  if [[ $1 == --bg ]]; then bg=1; shift; fi
   stage_name=$1 stage_start=$SECONDS
   shift
   echo "e2e-kind: -- $stage_name" >&2
-  "$@"
+  if [[ $bg == 1 ]]; then
+    "$@" &
+    stage_pid=$!
+    local rc=0
+    wait "$stage_pid" || rc=$?
+    stage_pid=""
+    (( rc == 0 )) || return "$rc"  # errexit: the run ends here
+  else
+    "$@"
+  fi
   timings+=("$stage_name $((SECONDS - stage_start)) s")
   echo "e2e-kind: $stage_name done in $((SECONDS - stage_start)) s" >&2
   stage_name=""
@@ -138,10 +155,9 @@ wait_images() {
   return "$rc"
 }
 
-start_docker() {
-  local out
-  out=$(hack/kind/docker.sh start)
-  if [[ $(tail -n 1 <<<"$out") == started ]]; then docker_started=1; fi
+start_docker() {  # its answer in a file: cleanup reads it when a TERM came before this did
+  hack/kind/docker.sh start >"$work/docker.out"
+  if [[ $(tail -n 1 "$work/docker.out") == started ]]; then docker_started=1; fi
 }
 stage docker start_docker
 (  # after Docker answers: without it, the stage stops here
@@ -155,12 +171,26 @@ images_started=$SECONDS
 # only when its foreground command ends; `wait` it interrupts), and cleanup stops the build.
 node_image=""
 node_image_pid=""
+node_image_started=0
 find_node_image() {
+  node_image_started=$EPOCHSECONDS
   "${builds[@]}" hack/kind/node-image.sh >"$work/node-image.out" &
   node_image_pid=$!
-  wait "$node_image_pid"
+  local rc=0
+  wait "$node_image_pid" || rc=$?
   node_image_pid=""
+  (( rc == 0 )) || return "$rc"
   node_image=$(tail -n 1 "$work/node-image.out")
+}
+# A build stopped in `kind build node-image` leaves its container (kind-build-<unix time>-<n>;
+# kind removes it only when it ends by itself): those this run's build started are removed.
+remove_build_containers() {
+  local name
+  docker ps -a --format '{{.Names}}' 2>/dev/null | while read -r name; do
+    if [[ $name =~ ^kind-build-([0-9]+)- ]] && (( BASH_REMATCH[1] >= node_image_started )); then
+      docker rm -f "$name" >/dev/null 2>&1 || true
+    fi
+  done
 }
 stage node-image find_node_image
 export KIND_NODE_IMAGE=$node_image  # cluster.sh up uses it as it is
@@ -179,10 +209,10 @@ if hack/kind/cluster.sh exists; then
   exit 1
 fi
 cluster_up=1  # from here on a (partly) created cluster is deleted
-stage cluster hack/kind/cluster.sh up
+stage --bg cluster hack/kind/cluster.sh up
 
 stage images wait_images
-stage load hack/kind/cluster.sh load "$archive_b" "$archive_a" "$archive_devkit"
+stage --bg load hack/kind/cluster.sh load "$archive_b" "$archive_a" "$archive_devkit"
 
 kubectl=$(command -v kubectl || echo "$(hack/testenv.sh | tail -n 1)/kubectl")
 kind_tests() {
@@ -196,5 +226,5 @@ kind_tests() {
     ROTATOR_KIND_DEVKIT_IMAGE=localhost/rotator-devkit:e2e ROTATOR_KIND_KUBECTL=$kubectl \
     .venv/bin/pytest tests/kind "$@"
 }
-stage tests-kind kind_tests "$@"
+stage --bg tests-kind kind_tests "$@"
 echo "e2e-kind: passed" >&2

@@ -168,6 +168,14 @@ def wait_for_text(log: Path, text: str, process: subprocess.Popen[bytes]) -> str
     raise AssertionError(f"{text!r} not in {log.read_text()!r}")
 
 
+def wait_for_file(path: Path, process: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 30
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} never written"
+        assert process.poll() is None
+        time.sleep(0.05)
+
+
 def test_with_a_gate_the_builds_run_at_nice_19_and_the_cluster_waits_for_the_file(
     tmp_path: Path,
 ) -> None:
@@ -175,6 +183,8 @@ def test_with_a_gate_the_builds_run_at_nice_19_and_the_cluster_waits_for_the_fil
     process, log = start_gated_run(tmp_path, gate)
     try:
         wait_for_text(log, "waiting for", process)
+        niceness = tmp_path / "git-niceness"
+        wait_for_file(niceness, process)  # the images' first step ran (it fails: no worktree)
         time.sleep(0.5)  # an observation window, not a synchronisation: it must still wait
         assert process.poll() is None
         assert "-- cluster" not in log.read_text()
@@ -187,7 +197,7 @@ def test_with_a_gate_the_builds_run_at_nice_19_and_the_cluster_waits_for_the_fil
     assert "e2e-kind: after done in" in out
     assert out.index("e2e-kind: after done in") < out.index("-- cluster")
     assert (tmp_path / "nice-args").read_text().split()[:2] == ["-n", "19"]
-    assert (tmp_path / "git-niceness").read_text().split()[0] == "19"
+    assert niceness.read_text().split()[0] == "19"
     assert list((tmp_path / "tmp").iterdir()) == []
 
 
