@@ -36,7 +36,6 @@ keep=${KIND_KEEP:-0}
 
 # The cleanup is in place before anything is created (the work folder, the kubeconfig, dockerd).
 work=""
-docker_started=0
 cluster_up=0
 timings=()
 stage_name=""
@@ -54,13 +53,14 @@ cleanup() {
   local rc=$? t=$SECONDS
   trap - EXIT INT TERM
   local pid
-  for pid in ${images_pid:-} ${node_image_pid:-} ${stage_pid:-}; do  # stopped before they ended
+  for pid in ${images_pid:-} ${stage_pid:-}; do  # stopped before they ended
     kill_tree "$pid"
     wait "$pid" 2>/dev/null || true
   done
-  # docker.sh start ended, but a TERM came before its answer was read
+  if [[ $stage_name == node-image && -n $stage_pid ]]; then remove_build_containers; fi
+  # docker.sh start's answer (its last line): "started" when this run started dockerd
+  local docker_started=0
   if [[ -f $work/docker.out && $(tail -n 1 "$work/docker.out") == started ]]; then docker_started=1; fi
-  if [[ -n ${node_image_pid:-} ]]; then remove_build_containers; fi
   if [[ -n $stage_name ]]; then timings+=("$stage_name $((SECONDS - stage_start)) s (failed)"); fi
   if [[ $keep == 1 && $cluster_up == 1 ]]; then
     echo "e2e-kind: KIND_KEEP=1: cluster $KIND_CLUSTER kept; kubeconfig $KIND_KUBECONFIG" >&2
@@ -155,11 +155,7 @@ wait_images() {
   return "$rc"
 }
 
-start_docker() {  # its answer in a file: cleanup reads it when a TERM came before this did
-  hack/kind/docker.sh start >"$work/docker.out"
-  if [[ $(tail -n 1 "$work/docker.out") == started ]]; then docker_started=1; fi
-}
-stage docker start_docker
+stage docker hack/kind/docker.sh start >"$work/docker.out"  # cleanup reads its answer
 (  # after Docker answers: without it, the stage stops here
   if [[ -n $after ]]; then renice -n 19 -p "$BASHPID" >/dev/null; fi
   images
@@ -167,21 +163,7 @@ stage docker start_docker
 images_pid=$!
 images_started=$SECONDS
 
-# In the background and waited for, so that a TERM or INT is acted on at once (bash runs a trap
-# only when its foreground command ends; `wait` it interrupts), and cleanup stops the build.
-node_image=""
-node_image_pid=""
-node_image_started=0
-find_node_image() {
-  node_image_started=$EPOCHSECONDS
-  "${builds[@]}" hack/kind/node-image.sh >"$work/node-image.out" &
-  node_image_pid=$!
-  local rc=0
-  wait "$node_image_pid" || rc=$?
-  node_image_pid=""
-  (( rc == 0 )) || return "$rc"
-  node_image=$(tail -n 1 "$work/node-image.out")
-}
+node_image_started=$EPOCHSECONDS
 # A build stopped in `kind build node-image` leaves its container (kind-build-<unix time>-<n>;
 # kind removes it only when it ends by itself): those this run's build started are removed.
 remove_build_containers() {
@@ -192,14 +174,23 @@ remove_build_containers() {
     fi
   done
 }
-stage node-image find_node_image
-export KIND_NODE_IMAGE=$node_image  # cluster.sh up uses it as it is
+stage --bg node-image "${builds[@]}" hack/kind/node-image.sh >"$work/node-image.out"
+KIND_NODE_IMAGE=$(tail -n 1 "$work/node-image.out")
+export KIND_NODE_IMAGE  # cluster.sh up uses it as it is
 
 # The cluster runs at the engine's priority and its tests at this script's, so it waits until the
 # work beside it is done (make test's timing bounds are not shared with a cluster).
+# Its caller writes the file: a caller that is gone (SIGKILLed) never will, so the run ends then.
 wait_after() {
+  local caller=$PPID
   echo "e2e-kind: waiting for $after before the cluster is created" >&2
-  until [[ -e $after ]]; do sleep 1; done
+  until [[ -e $after ]]; do
+    if [[ ! -d /proc/$caller ]]; then
+      echo "e2e-kind: its caller (pid $caller), which was to write $after, is gone" >&2
+      return 1
+    fi
+    sleep 1
+  done
 }
 if [[ -n $after ]]; then stage after wait_after; fi
 

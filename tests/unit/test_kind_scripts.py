@@ -11,7 +11,10 @@ import shutil
 import subprocess
 import tarfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+
+from tests.support.polling import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOLS = [
@@ -157,23 +160,13 @@ def start_gated_run(tmp_path: Path, gate: Path) -> tuple[subprocess.Popen[bytes]
     return process, log
 
 
-def wait_for_text(log: Path, text: str, process: subprocess.Popen[bytes]) -> str:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        content = log.read_text()
-        if text in content:
-            return content
-        assert process.poll() is None, content
-        time.sleep(0.05)
-    raise AssertionError(f"{text!r} not in {log.read_text()!r}")
-
-
-def wait_for_file(path: Path, process: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 30
-    while not path.exists():
-        assert time.monotonic() < deadline, f"{path} never written"
-        assert process.poll() is None
-        time.sleep(0.05)
+def while_running(
+    process: subprocess.Popen[bytes], log: Path, condition: Callable[[], bool], what: str
+) -> None:
+    """Waits (tests.support.polling) until ``condition`` holds; fails at once, with the log, when
+    the run ends first."""
+    wait_for(lambda: condition() or process.poll() is not None, what=what)
+    assert condition(), f"the run ended before {what}:\n{log.read_text()}"
 
 
 def test_with_a_gate_the_builds_run_at_nice_19_and_the_cluster_waits_for_the_file(
@@ -182,9 +175,10 @@ def test_with_a_gate_the_builds_run_at_nice_19_and_the_cluster_waits_for_the_fil
     gate = tmp_path / "make-test-passed"
     process, log = start_gated_run(tmp_path, gate)
     try:
-        wait_for_text(log, "waiting for", process)
+        while_running(process, log, lambda: "waiting for" in log.read_text(), "the gate")
         niceness = tmp_path / "git-niceness"
-        wait_for_file(niceness, process)  # the images' first step ran (it fails: no worktree)
+        # the images' first step ran (it fails: no worktree)
+        while_running(process, log, niceness.exists, "the images' first step")
         time.sleep(0.5)  # an observation window, not a synchronisation: it must still wait
         assert process.poll() is None
         assert "-- cluster" not in log.read_text()
@@ -206,7 +200,7 @@ def test_a_term_while_waiting_for_the_gate_ends_the_run_at_once_with_its_cleanup
 ) -> None:
     process, log = start_gated_run(tmp_path, tmp_path / "never-written")
     try:
-        wait_for_text(log, "waiting for", process)
+        while_running(process, log, lambda: "waiting for" in log.read_text(), "the gate")
         started = time.monotonic()
         process.terminate()
         assert process.wait(timeout=10) == 143
@@ -218,4 +212,42 @@ def test_a_term_while_waiting_for_the_gate_ends_the_run_at_once_with_its_cleanup
     assert "after " in out.split("e2e-kind: timings:")[1]
     assert "(failed)" in out
     assert "-- cluster" not in out
+    assert list((tmp_path / "tmp").iterdir()) == []
+
+
+def test_a_run_whose_caller_is_killed_before_the_gate_ends_with_its_cleanup(
+    tmp_path: Path,
+) -> None:
+    """.ci/run SIGKILLed while make test runs never writes the file: the run must not wait for
+    it for ever (holding a dockerd it started)."""
+    (tmp_path / "tmp").mkdir()
+    env = {
+        "PATH": answering_docker_path(tmp_path),
+        "HOME": str(tmp_path / "home"),
+        "TMPDIR": str(tmp_path / "tmp"),
+        "KIND_STATE": str(tmp_path / "state"),
+        "KIND_NODE_IMAGE": "kindest/node:v0.0.0",
+        "E2E_KIND_CLUSTER_AFTER": str(tmp_path / "never-written"),
+    }
+    log = tmp_path / "e2e-kind.log"
+    with log.open("wb") as out:
+        caller = subprocess.Popen(  # a caller like .ci/run: the run is its background job
+            ["bash", "-c", "bash hack/e2e-kind.sh & wait"],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=out,
+        )
+    try:
+        while_running(caller, log, lambda: "waiting for" in log.read_text(), "the gate")
+        caller.kill()
+        caller.wait()
+        wait_for(lambda: "e2e-kind: timings:" in log.read_text(), timeout=15, what="the cleanup")
+    finally:
+        caller.kill()
+        caller.wait()
+    out_text = log.read_text()
+    assert "which was to write" in out_text
+    assert "after " in out_text.split("e2e-kind: timings:")[1]
+    assert "-- cluster" not in out_text
     assert list((tmp_path / "tmp").iterdir()) == []
