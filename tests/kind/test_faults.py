@@ -5,8 +5,9 @@
   it asks first: the released Lease goes to whoever asks first) takes over within the lease
   duration plus a retry period,
   and no reconcile of one replica ever ran while one of the other did (both Pods' logs);
-* the kubelet's SIGTERM while reconciles are in flight: they finish, the Lease is released
-  (empty holder) and the container exits 0, inside the grace period;
+* the kubelet's SIGTERM while reconciles are in flight (the STS stand-in holds their calls until
+  the SIGTERM has arrived): they finish, the Lease is released (empty holder) and the container
+  exits 0, inside the grace period;
 * the container killed by the runtime (crictl) and OOM-killed under a tiny memory limit (the
   ``oom`` overlay): it restarts, and nothing is lost.
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,6 +57,8 @@ RETRY_JITTER = 1.2
 GRACE_PERIOD = 40.0
 """The Deployment's terminationGracePeriodSeconds."""
 STS_POLICIES = 12
+STS_RECEIVED = "sts.received"
+"""The STS stand-in's count of requests that arrived (answered or held)."""
 
 
 @dataclass
@@ -271,6 +275,26 @@ def request_rotations(cluster: Cluster, namespace: str, count: int) -> None:
         )
 
 
+HOLD_SECONDS = 6.0
+"""How long the SIGTERM test holds STS calls at most, from the first held call: well inside the
+controller's 10 s read timeout (rotator/providers/aws/clients.py), so that every held call is
+answered to the reconcile that made it, and none is retried."""
+
+
+@contextmanager
+def holding_sts(faults: Faults) -> Iterator[Callable[[], int]]:
+    """The STS stand-in holds every call until the block ends (then answers them all); yields
+    how many calls arrived since the block began. Not a sleep: the test decides when its
+    reconciles may finish, so "in flight at SIGTERM" holds on any machine."""
+    standins = faults.configured.standins
+    before = standins.calls().get(STS_RECEIVED, 0)
+    standins.set_mode("sts", "hang")
+    try:
+        yield lambda: standins.calls().get(STS_RECEIVED, 0) - before
+    finally:
+        standins.set_mode("sts", "ok")
+
+
 def terminated_state(pods: Recorder, pod: str) -> dict[str, Any] | None:
     """The manager container's terminated state, as last reported before the Pod went."""
     found = None
@@ -301,9 +325,21 @@ def test_sigterm_from_the_kubelet_drains_in_flight_reconciles_releases_the_lease
         Churn(cluster, faults.namespace, "busy"),
     ):
         wait_for(lambda: working_since(controller_logs, leader, since), what="the leader works")
-        request_rotations(cluster, faults.namespace, STS_POLICIES)
-        cluster.kubectl("-n", install.NAMESPACE, "delete", "pod", leader, "--wait=false")
-        deleted = time.time()
+        with holding_sts(faults) as held_calls:
+            request_rotations(cluster, faults.namespace, STS_POLICIES)
+            # the reconciles wait on STS until it is released: in flight when SIGTERM comes
+            wait_for(lambda: held_calls() > 0, timeout=10, interval=0.1, what="an STS call held")
+            held_from = time.monotonic()
+            cluster.kubectl("-n", install.NAMESPACE, "delete", "pod", leader, "--wait=false")
+            deleted = time.time()
+            wait_for(
+                lambda: logged_at(
+                    controller_logs.text(leader), "rotator.stop_requested", after=deleted - 1
+                ),
+                timeout=max(0.1, HOLD_SECONDS - (time.monotonic() - held_from)),
+                interval=0.1,
+                what="the kubelet's SIGTERM while STS calls are held",
+            )
         wait_for(lambda: terminated_state(pods, leader), timeout=GRACE_PERIOD + 10, what="exit")
         standby = new_leader(cluster, controller_logs, held, 30)
         # its reconciles are what the overlap check compares (it had logged none yet once)
