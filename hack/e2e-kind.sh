@@ -44,19 +44,38 @@ t_all=$SECONDS
 after=${E2E_KIND_CLUSTER_AFTER:-}
 builds=()  # how the builds run: at nice 19 while other work runs beside them (E2E_KIND_CLUSTER_AFTER)
 if [[ -n $after ]]; then builds=(nice -n 19); fi
-kill_tree() { # <pid>: TERM to a process and everything under it (buildah under hack/image.sh)
+kill_tree() { # <pid>: TERM to a process and everything under it
   local child
   for child in $(pgrep -P "$1" 2>/dev/null); do kill_tree "$child"; done
   kill -TERM "$1" 2>/dev/null || true
+}
+kill_group() { # <pgid>: TERM to every process of a group, then KILL to what is left after 10 s
+  # A group, not a tree: a process that left the tree (reparented when its parent died first)
+  # or was forked after the tree was read keeps its group. (A tree walk once missed the pip of
+  # a buildah RUN step, which built on alone.) Polled with a deadline: no children of this shell.
+  kill -TERM -- "-$1" 2>/dev/null || return 0
+  local deadline=$((SECONDS + 10))
+  while pgrep -g "$1" >/dev/null 2>&1; do
+    if (( SECONDS >= deadline )); then
+      echo "e2e-kind: the image builds ignored TERM for 10 s: KILL" >&2
+      kill -KILL -- "-$1" 2>/dev/null || true
+      return 0
+    fi
+    sleep 0.2
+  done
 }
 cleanup() {
   local rc=$? t=$SECONDS
   trap - EXIT INT TERM
   local pid
-  for pid in ${images_pid:-} ${stage_pid:-}; do  # stopped before they ended
-    kill_tree "$pid"
-    wait "$pid" 2>/dev/null || true
-  done
+  if [[ -n ${images_pid:-} ]]; then  # stopped before they ended
+    kill_group "$images_pid"
+    wait "$images_pid" 2>/dev/null || true
+  fi
+  if [[ -n ${stage_pid:-} ]]; then
+    kill_tree "$stage_pid"
+    wait "$stage_pid" 2>/dev/null || true
+  fi
   if [[ $stage_name == node-image && -n $stage_pid ]]; then remove_build_containers; fi
   # docker.sh start's answer (its last line): "started" when this run started dockerd
   local docker_started=0
@@ -156,11 +175,16 @@ wait_images() {
 }
 
 stage docker hack/kind/docker.sh start >"$work/docker.out"  # cleanup reads its answer
+# In a process group of their own (job control on for this one job: its group is its pid), so
+# that cleanup reaches all of them (kill_group); inside, job control is off again.
+set -m
 (  # after Docker answers: without it, the stage stops here
+  set +m
   if [[ -n $after ]]; then renice -n 19 -p "$BASHPID" >/dev/null; fi
   images
-) >"$images_log" 2>&1 &
+) >"$images_log" 2>&1 </dev/null &
 images_pid=$!
+set +m
 images_started=$SECONDS
 
 node_image_started=$EPOCHSECONDS

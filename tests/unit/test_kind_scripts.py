@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import shutil
+import signal
 import subprocess
 import tarfile
 import time
@@ -120,7 +122,7 @@ def test_node_image_archives_name_every_image_as_kind_asks_for_it_first(tmp_path
     }
 
 
-def answering_docker_path(tmp_path: Path) -> str:
+def answering_docker_path(tmp_path: Path, git: str | None = None) -> str:
     """The no-Docker PATH, but with a docker client whose engine answers (and does nothing else),
     a `git` that records the niceness it runs at and fails (the images' first step), and a `nice`
     that records its arguments: what hack/e2e-kind.sh does before its cluster, seen from outside."""
@@ -131,7 +133,7 @@ def answering_docker_path(tmp_path: Path) -> str:
         (bin_dir / tool).symlink_to(found)
     scripts = {
         "docker": '[ "$1" = version ] && { echo 20.10.0; exit 0; }\nexit 1',
-        "git": f"awk '{{print $19}}' /proc/self/stat >> {tmp_path / 'git-niceness'}\nexit 1",
+        "git": git or f"awk '{{print $19}}' /proc/self/stat >> {tmp_path / 'git-niceness'}\nexit 1",
         "nice": f'printf "%s\\n" "$*" >> {tmp_path / "nice-args"}\nexec {shutil.which("nice")} "$@"',
     }
     for name, body in scripts.items():
@@ -142,10 +144,14 @@ def answering_docker_path(tmp_path: Path) -> str:
     return str(bin_dir)
 
 
-def start_gated_run(tmp_path: Path, gate: Path) -> tuple[subprocess.Popen[bytes], Path]:
+def start_gated_run(
+    tmp_path: Path, gate: Path, git: str | None = None
+) -> tuple[subprocess.Popen[bytes], Path]:
+    """hack/e2e-kind.sh waiting for ``gate``, on :func:`answering_docker_path` (``git``: the body
+    of its git, the images' first step)."""
     (tmp_path / "tmp").mkdir()
     env = {
-        "PATH": answering_docker_path(tmp_path),
+        "PATH": answering_docker_path(tmp_path, git),
         "HOME": str(tmp_path / "home"),
         "TMPDIR": str(tmp_path / "tmp"),
         "KIND_STATE": str(tmp_path / "state"),
@@ -251,3 +257,44 @@ def test_a_run_whose_caller_is_killed_before_the_gate_ends_with_its_cleanup(
     assert "after " in out_text.split("e2e-kind: timings:")[1]
     assert "-- cluster" not in out_text
     assert list((tmp_path / "tmp").iterdir()) == []
+
+
+def test_a_term_stops_every_process_of_the_image_builds_even_one_out_of_their_tree(
+    tmp_path: Path,
+) -> None:
+    """A build step may leave the tree cleanup can read (its parent exits first: it is
+    reparented) and may ignore TERM: the images run in a process group of their own, and
+    everything in it is gone when the run has ended."""
+    orphan_pid = tmp_path / "orphan-pid"
+    orphan = tmp_path / "orphan"  # ignores TERM, tells its pid, then waits
+    orphan.write_text(f"#!/bin/sh\ntrap '' TERM\necho $$ > {orphan_pid}\nexec sleep 300\n")
+    orphan.chmod(0o755)
+    # the images' first step: starts the orphan from a shell that exits at once, then waits
+    git = f"/bin/sh -c '{orphan} &'\nexec sleep 300"
+    process, log = start_gated_run(tmp_path, tmp_path / "never-written", git)
+    try:
+        while_running(process, log, orphan_pid.exists, "the orphaned build step")
+        wait_for(lambda: orphan_pid.read_text().strip() != "", what="its pid")
+        pid = int(orphan_pid.read_text())
+        assert Path(f"/proc/{pid}").exists()
+        process.terminate()
+        assert process.wait(timeout=30) == 143
+    finally:
+        process.kill()
+        process.wait()
+    out = log.read_text()
+    survived = alive(pid)
+    if survived:
+        os.kill(pid, signal.SIGKILL)  # this test leaves nothing behind, even when it fails
+    assert not survived, f"the orphaned build step {pid} survived the run:\n{out}"
+    assert "ignored TERM for 10 s: KILL" in out
+    assert list((tmp_path / "tmp").iterdir()) == []
+
+
+def alive(pid: int) -> bool:
+    """A process that exists and is not a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
