@@ -29,7 +29,7 @@ import pytest
 
 from controllers.reconcilers import api as rapi
 from controllers.runtime import clock as clocks
-from controllers.runtime import objects
+from controllers.runtime import errors, objects
 from tests.kind import install
 from tests.kind.chains import (
     api_key_chain,
@@ -45,6 +45,7 @@ from tests.kind.conftest import Configured
 from tests.kind.controllerlogs import ControllerLogs
 from tests.kind.env import KindEnv
 from tests.kind.history import Credentials
+from tests.kind.standins import StandIns
 from tests.kind.watching import Recorder
 from tests.support.polling import wait_for
 from tests.support.reconcilelog import Reconcile, entries, logged_at, longest_overlap, reconciles
@@ -276,23 +277,35 @@ def request_rotations(cluster: Cluster, namespace: str, count: int) -> None:
 
 
 HOLD_SECONDS = 6.0
-"""How long the SIGTERM test holds STS calls at most, from the first held call: well inside the
-controller's 10 s read timeout (rotator/providers/aws/clients.py), so that every held call is
-answered to the reconcile that made it, and none is retried."""
+"""How long the STS stand-in holds each call of the SIGTERM test at most (it answers by itself
+after that, from the call's arrival): well inside the controller's 10 s read timeout
+(rotator/providers/aws/clients.py), so that every held call is answered to the reconcile that
+made it and none is retried, even if the test cannot reach the stand-ins to release them."""
 
 
 @contextmanager
 def holding_sts(faults: Faults) -> Iterator[Callable[[], int]]:
-    """The STS stand-in holds every call until the block ends (then answers them all); yields
-    how many calls arrived since the block began. Not a sleep: the test decides when its
-    reconciles may finish, so "in flight at SIGTERM" holds on any machine."""
+    """The STS stand-in holds every call until the block ends (then answers them all), each at
+    most :data:`HOLD_SECONDS`; yields how many calls arrived since the block began. Not a sleep:
+    the test decides when its reconciles may finish, so "in flight at SIGTERM" holds on any
+    machine. The release is retried: a hold left on would slow every later test's STS calls."""
     standins = faults.configured.standins
     before = standins.calls().get(STS_RECEIVED, 0)
-    standins.set_mode("sts", "hang")
     try:
+        standins.set_mode("sts", "hang", hang_seconds=HOLD_SECONDS)
         yield lambda: standins.calls().get(STS_RECEIVED, 0) - before
     finally:
+        wait_for(lambda: released(standins), timeout=30, what="the STS stand-in answers again")
+
+
+def released(standins: StandIns) -> bool:
+    """Asks the STS stand-in to answer again; False when the ask did not get through (the API
+    server's proxy failed or timed out: worth asking again)."""
+    try:
         standins.set_mode("sts", "ok")
+    except errors.TransientApiError:
+        return False
+    return True
 
 
 def terminated_state(pods: Recorder, pod: str) -> dict[str, Any] | None:
@@ -329,14 +342,13 @@ def test_sigterm_from_the_kubelet_drains_in_flight_reconciles_releases_the_lease
             request_rotations(cluster, faults.namespace, STS_POLICIES)
             # the reconciles wait on STS until it is released: in flight when SIGTERM comes
             wait_for(lambda: held_calls() > 0, timeout=10, interval=0.1, what="an STS call held")
-            held_from = time.monotonic()
             cluster.kubectl("-n", install.NAMESPACE, "delete", "pod", leader, "--wait=false")
             deleted = time.time()
             wait_for(
                 lambda: logged_at(
                     controller_logs.text(leader), "rotator.stop_requested", after=deleted - 1
                 ),
-                timeout=max(0.1, HOLD_SECONDS - (time.monotonic() - held_from)),
+                timeout=HOLD_SECONDS,
                 interval=0.1,
                 what="the kubelet's SIGTERM while STS calls are held",
             )

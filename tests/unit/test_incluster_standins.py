@@ -297,6 +297,21 @@ def test_a_stand_in_can_be_made_to_fail_through_the_admin_endpoint(
     assert call(admin.url + "/mode", {"standIn": "gcp", "mode": "sideways"})[0] == 400
 
 
+def test_a_hang_set_through_the_admin_endpoint_answers_by_itself_after_its_seconds(
+    placed: tuple[ProviderStandIns, AdminEndpoint],
+) -> None:
+    standins, admin = placed
+    answer = call(admin.url + "/mode", {"standIn": "gcp", "mode": "hang", "hangSeconds": 0.5})
+    assert answer == (200, {"standIn": "gcp", "mode": "hang", "hangSeconds": 0.5})
+    assert standins.gcp.hang_seconds == 0.5
+    for bad in (0, -1, 61, "5", True, None):
+        request = {"standIn": "gcp", "mode": "hang", "hangSeconds": bad}
+        assert call(admin.url + "/mode", request)[0] == 400, bad
+    assert standins.gcp.hang_seconds == 0.5  # a refused ask changes nothing
+    call(admin.url + "/mode", {"standIn": "gcp", "mode": "ok"})
+    assert standins.gcp.hang_seconds == 60  # the default again: no hold is left shortened
+
+
 def chat(url: str, key: str) -> int:
     body = json.dumps({"model": "gpt", "messages": []}).encode()
     request = urllib.request.Request(

@@ -12,7 +12,10 @@ only the test cluster that runs it, and hands out the secrets it issued, for lea
   pointed here, service-account keys this GCP trusts): what to apply;
 * ``POST /register`` — ``{"policies": [...], "secrets": [...]}`` (BackendSecurityPolicy and
   Secret objects): what they name becomes known; answers the same lists as registered;
-* ``POST /mode`` — ``{"standIn": "sts", "mode": "ok" | "fail" | "hang"}``;
+* ``POST /mode`` — ``{"standIn": "sts", "mode": "ok" | "fail" | "hang"}``, and with ``hang``
+  an optional ``hangSeconds`` (at most 60, the default): each held call is answered after that
+  long even if no ``ok`` comes (a test that cannot reach the endpoint again leaves no call held
+  past a client's read timeout);
 * ``GET /upstreams`` — every request the model API stand-ins received, by name (``openai``,
   ``bedrock``, ``azure-openai``, ``vertex-ai``): rows ``[at, path, verdict, credential]``, the
   credential a label, never its bytes (:meth:`ModelUpstream.label`);
@@ -33,6 +36,9 @@ from typing import Any
 from rotator_devkit.devenv.providers import ProviderStandIns
 from rotator_devkit.devenv.standins.httpstub import Stub
 from rotator_devkit.incluster import settings
+
+MAX_HANG_SECONDS = 60
+"""The longest a stand-in in ``hang`` mode holds a call (the default)."""
 
 
 class AdminEndpoint(Stub):
@@ -101,8 +107,16 @@ class AdminEndpoint(Stub):
 
     def _mode(self, request: dict[str, Any]) -> dict[str, Any]:
         stub = self.standins.stubs()[str(request["standIn"])]
+        seconds = request.get("hangSeconds", MAX_HANG_SECONDS)
+        if (
+            not isinstance(seconds, int | float)
+            or isinstance(seconds, bool)
+            or not 0 < seconds <= MAX_HANG_SECONDS
+        ):
+            raise ValueError(f"hangSeconds is not a number of seconds in (0, {MAX_HANG_SECONDS}]")
+        stub.hang_seconds = float(seconds)  # set on every call: no hold outlives the test's ask
         stub.set_mode(str(request["mode"]))
-        return {"standIn": request["standIn"], "mode": stub.mode}
+        return {"standIn": request["standIn"], "mode": stub.mode, "hangSeconds": stub.hang_seconds}
 
     def _accept(self, request: dict[str, Any]) -> dict[str, Any]:
         keys = request["keys"]
