@@ -24,7 +24,9 @@
 # own priority), and a stage `after` waits, before the cluster is created, until <file> exists.
 # A TERM or INT acts at once in every stage but docker (which ends within its 60 s): the long ones
 # run in the background and are waited for (bash runs a trap only when a foreground command ends;
-# a `wait` it interrupts), and cleanup stops them (.ci/run's TERM when make test fails).
+# a `wait` it interrupts), and cleanup stops them (.ci/run's TERM when make test fails). The image
+# builds run in a process group of their own, and cleanup signals that group: whatever is still in
+# it E2E_KIND_STOP_SECONDS (default 30) after the TERM gets a KILL.
 #
 # Needs Docker (an engine that answers, or root and Debian's docker.io), Go, buildah, mmdebstrap.
 # Without Docker it fails with the reason (.ci/run skips the stage there: docker.sh check).
@@ -49,15 +51,31 @@ kill_tree() { # <pid>: TERM to a process and everything under it
   for child in $(pgrep -P "$1" 2>/dev/null); do kill_tree "$child"; done
   kill -TERM "$1" 2>/dev/null || true
 }
-kill_group() { # <pgid>: TERM to every process of a group, then KILL to what is left after 10 s
+stop_seconds=${E2E_KIND_STOP_SECONDS:-30}  # how long the image builds get to end after a TERM
+if [[ ! $stop_seconds =~ ^[0-9]+$ ]]; then
+  echo "e2e-kind: E2E_KIND_STOP_SECONDS is not a whole number of seconds: $stop_seconds" >&2
+  exit 2
+fi
+group_lives() { # <pgid>: a live process (not a zombie) of that group is in this run's session
+  # Zombies do not count: one reparented to a PID 1 that does not reap stays one for ever. The
+  # session: once the images' group is empty its number may be another's (a pid used again by
+  # a process that leads a group, such as a containerd-shim: never in this session).
+  pgrep -g "$1" -s 0 -r D,R,S,T,t,W >/dev/null 2>&1
+}
+kill_group() { # <pgid>: TERM (and CONT) to every process of the group, if it lives
   # A group, not a tree: a process that left the tree (reparented when its parent died first)
   # or was forked after the tree was read keeps its group. (A tree walk once missed the pip of
-  # a buildah RUN step, which built on alone.) Polled with a deadline: no children of this shell.
-  kill -TERM -- "-$1" 2>/dev/null || return 0
-  local deadline=$((SECONDS + 10))
-  while pgrep -g "$1" >/dev/null 2>&1; do
+  # a buildah RUN step, which built on alone.) CONT: a member stopped by SIGTTIN (a step that
+  # read the terminal from this background group) acts on TERM only once it runs.
+  group_lives "$1" || return 0
+  kill -TERM -- "-$1" 2>/dev/null || true
+  kill -CONT -- "-$1" 2>/dev/null || true
+}
+wait_group() { # <pgid>: polls (none is a child of this shell) until the group is gone; KILLs late
+  local deadline=$((SECONDS + stop_seconds))
+  while group_lives "$1"; do
     if (( SECONDS >= deadline )); then
-      echo "e2e-kind: the image builds ignored TERM for 10 s: KILL" >&2
+      echo "e2e-kind: the image builds still ran $stop_seconds s after TERM: KILL" >&2
       kill -KILL -- "-$1" 2>/dev/null || true
       return 0
     fi
@@ -67,15 +85,13 @@ kill_group() { # <pgid>: TERM to every process of a group, then KILL to what is 
 cleanup() {
   local rc=$? t=$SECONDS
   trap - EXIT INT TERM
-  local pid
-  if [[ -n ${images_pid:-} ]]; then  # stopped before they ended
-    kill_group "$images_pid"
+  if [[ -n ${images_pid:-} ]]; then kill_group "$images_pid"; fi  # stopped before they ended
+  if [[ -n ${stage_pid:-} ]]; then kill_tree "$stage_pid"; fi  # TERM to both before any wait
+  if [[ -n ${images_pid:-} ]]; then
+    wait_group "$images_pid"
     wait "$images_pid" 2>/dev/null || true
   fi
-  if [[ -n ${stage_pid:-} ]]; then
-    kill_tree "$stage_pid"
-    wait "$stage_pid" 2>/dev/null || true
-  fi
+  if [[ -n ${stage_pid:-} ]]; then wait "$stage_pid" 2>/dev/null || true; fi
   if [[ $stage_name == node-image && -n $stage_pid ]]; then remove_build_containers; fi
   # docker.sh start's answer (its last line): "started" when this run started dockerd
   local docker_started=0

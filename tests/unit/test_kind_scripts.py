@@ -5,6 +5,7 @@ way `kind build node-image` reads them (a `repositories` file first, fully quali
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -145,10 +146,10 @@ def answering_docker_path(tmp_path: Path, git: str | None = None) -> str:
 
 
 def start_gated_run(
-    tmp_path: Path, gate: Path, git: str | None = None
+    tmp_path: Path, gate: Path, git: str | None = None, extra_env: dict[str, str] | None = None
 ) -> tuple[subprocess.Popen[bytes], Path]:
     """hack/e2e-kind.sh waiting for ``gate``, on :func:`answering_docker_path` (``git``: the body
-    of its git, the images' first step)."""
+    of its git, the images' first step), in a session of its own (:func:`kill_session`)."""
     (tmp_path / "tmp").mkdir()
     env = {
         "PATH": answering_docker_path(tmp_path, git),
@@ -157,11 +158,17 @@ def start_gated_run(
         "KIND_STATE": str(tmp_path / "state"),
         "KIND_NODE_IMAGE": "kindest/node:v0.0.0",  # printed as it is: nothing is built
         "E2E_KIND_CLUSTER_AFTER": str(gate),
+        **(extra_env or {}),
     }
     log = tmp_path / "e2e-kind.log"
     with log.open("wb") as out:
         process = subprocess.Popen(
-            ["bash", "hack/e2e-kind.sh"], cwd=ROOT, env=env, stdout=out, stderr=out
+            ["bash", "hack/e2e-kind.sh"],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=out,
+            start_new_session=True,
         )
     return process, log
 
@@ -191,8 +198,7 @@ def test_with_a_gate_the_builds_run_at_nice_19_and_the_cluster_waits_for_the_fil
         gate.touch()
         assert process.wait(timeout=30) != 0  # no kind here: the cluster stage fails
     finally:
-        process.kill()
-        process.wait()
+        kill_session(process)
     out = log.read_text()
     assert "e2e-kind: after done in" in out
     assert out.index("e2e-kind: after done in") < out.index("-- cluster")
@@ -212,8 +218,7 @@ def test_a_term_while_waiting_for_the_gate_ends_the_run_at_once_with_its_cleanup
         assert process.wait(timeout=10) == 143
         assert time.monotonic() - started < 5
     finally:
-        process.kill()
-        process.wait()
+        kill_session(process)
     out = log.read_text()
     assert "after " in out.split("e2e-kind: timings:")[1]
     assert "(failed)" in out
@@ -264,31 +269,43 @@ def test_a_term_stops_every_process_of_the_image_builds_even_one_out_of_their_tr
 ) -> None:
     """A build step may leave the tree cleanup can read (its parent exits first: it is
     reparented) and may ignore TERM: the images run in a process group of their own, and
-    everything in it is gone when the run has ended."""
+    everything in it is gone when the run has ended (KILLed E2E_KIND_STOP_SECONDS after TERM)."""
     orphan_pid = tmp_path / "orphan-pid"
     orphan = tmp_path / "orphan"  # ignores TERM, tells its pid, then waits
     orphan.write_text(f"#!/bin/sh\ntrap '' TERM\necho $$ > {orphan_pid}\nexec sleep 300\n")
     orphan.chmod(0o755)
     # the images' first step: starts the orphan from a shell that exits at once, then waits
     git = f"/bin/sh -c '{orphan} &'\nexec sleep 300"
-    process, log = start_gated_run(tmp_path, tmp_path / "never-written", git)
+    stop = {"E2E_KIND_STOP_SECONDS": "2"}
+    process, log = start_gated_run(tmp_path, tmp_path / "never-written", git, stop)
     try:
         while_running(process, log, orphan_pid.exists, "the orphaned build step")
         wait_for(lambda: orphan_pid.read_text().strip() != "", what="its pid")
         pid = int(orphan_pid.read_text())
-        assert Path(f"/proc/{pid}").exists()
+        assert alive(pid)
         process.terminate()
         assert process.wait(timeout=30) == 143
+        out = log.read_text()
+        assert not alive(pid), f"the orphaned build step {pid} survived the run:\n{out}"
+        assert "the image builds still ran 2 s after TERM: KILL" in out
+        assert list((tmp_path / "tmp").iterdir()) == []
     finally:
-        process.kill()
-        process.wait()
-    out = log.read_text()
-    survived = alive(pid)
-    if survived:
-        os.kill(pid, signal.SIGKILL)  # this test leaves nothing behind, even when it fails
-    assert not survived, f"the orphaned build step {pid} survived the run:\n{out}"
-    assert "ignored TERM for 10 s: KILL" in out
-    assert list((tmp_path / "tmp").iterdir()) == []
+        kill_session(process)  # nothing is left behind, even when the test fails
+
+
+def kill_session(process: subprocess.Popen[bytes]) -> None:
+    """KILLs every process of the session ``process`` leads (:func:`start_gated_run`), reparented
+    ones included, and reaps ``process``."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        if int(fields[3]) == process.pid:  # the session id, after state, ppid and pgrp
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(stat.parent.name), signal.SIGKILL)
+    process.kill()
+    process.wait()
 
 
 def alive(pid: int) -> bool:
