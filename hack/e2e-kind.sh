@@ -85,6 +85,7 @@ wait_group() { # <pgid>: polls (none is a child of this shell) until the group i
 cleanup() {
   local rc=$? t=$SECONDS
   trap - EXIT INT TERM
+  set +e  # every step runs, whatever one before it answered (a failed step once ended cleanup)
   if [[ -n ${images_pid:-} ]]; then kill_group "$images_pid"; fi  # stopped before they ended
   if [[ -n ${stage_pid:-} ]]; then kill_tree "$stage_pid"; fi  # TERM to both before any wait
   if [[ -n ${images_pid:-} ]]; then
@@ -207,12 +208,13 @@ node_image_started=$EPOCHSECONDS
 # A build stopped in `kind build node-image` leaves its container (kind-build-<unix time>-<n>;
 # kind removes it only when it ends by itself): those this run's build started are removed.
 remove_build_containers() {
-  local name
-  docker ps -a --format '{{.Names}}' 2>/dev/null | while read -r name; do
+  local name names
+  names=$(docker ps -a --format '{{.Names}}' 2>/dev/null) || return 0  # no engine: no containers
+  while read -r name; do
     if [[ $name =~ ^kind-build-([0-9]+)- ]] && (( BASH_REMATCH[1] >= node_image_started )); then
       docker rm -f "$name" >/dev/null 2>&1 || true
     fi
-  done
+  done <<<"$names"
 }
 stage --bg node-image "${builds[@]}" hack/kind/node-image.sh >"$work/node-image.out"
 KIND_NODE_IMAGE=$(tail -n 1 "$work/node-image.out")

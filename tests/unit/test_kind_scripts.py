@@ -123,7 +123,7 @@ def test_node_image_archives_name_every_image_as_kind_asks_for_it_first(tmp_path
     }
 
 
-def answering_docker_path(tmp_path: Path, git: str | None = None) -> str:
+def answering_docker_path(tmp_path: Path, git: str | None = None, nice: str | None = None) -> str:
     """The no-Docker PATH, but with a docker client whose engine answers (and does nothing else),
     a `git` that records the niceness it runs at and fails (the images' first step), and a `nice`
     that records its arguments: what hack/e2e-kind.sh does before its cluster, seen from outside."""
@@ -135,7 +135,8 @@ def answering_docker_path(tmp_path: Path, git: str | None = None) -> str:
     scripts = {
         "docker": '[ "$1" = version ] && { echo 20.10.0; exit 0; }\nexit 1',
         "git": git or f"awk '{{print $19}}' /proc/self/stat >> {tmp_path / 'git-niceness'}\nexit 1",
-        "nice": f'printf "%s\\n" "$*" >> {tmp_path / "nice-args"}\nexec {shutil.which("nice")} "$@"',
+        "nice": f'printf "%s\\n" "$*" >> {tmp_path / "nice-args"}\n{nice or ""}\n'
+        f'exec {shutil.which("nice")} "$@"',
     }
     for name, body in scripts.items():
         script = bin_dir / name
@@ -146,13 +147,18 @@ def answering_docker_path(tmp_path: Path, git: str | None = None) -> str:
 
 
 def start_gated_run(
-    tmp_path: Path, gate: Path, git: str | None = None, extra_env: dict[str, str] | None = None
+    tmp_path: Path,
+    gate: Path,
+    git: str | None = None,
+    extra_env: dict[str, str] | None = None,
+    nice: str | None = None,
 ) -> tuple[subprocess.Popen[bytes], Path]:
     """hack/e2e-kind.sh waiting for ``gate``, on :func:`answering_docker_path` (``git``: the body
-    of its git, the images' first step), in a session of its own (:func:`kill_session`)."""
+    of its git, the images' first step; ``nice``: lines its nice runs before the command, which
+    is the node image's build), in a session of its own (:func:`kill_session`)."""
     (tmp_path / "tmp").mkdir()
     env = {
-        "PATH": answering_docker_path(tmp_path, git),
+        "PATH": answering_docker_path(tmp_path, git, nice),
         "HOME": str(tmp_path / "home"),
         "TMPDIR": str(tmp_path / "tmp"),
         "KIND_STATE": str(tmp_path / "state"),
@@ -283,6 +289,7 @@ def test_a_term_stops_every_process_of_the_image_builds_even_one_out_of_their_tr
         wait_for(lambda: orphan_pid.read_text().strip() != "", what="its pid")
         pid = int(orphan_pid.read_text())
         assert alive(pid)
+        while_running(process, log, lambda: "waiting for" in log.read_text(), "the gate")
         process.terminate()
         assert process.wait(timeout=30) == 143
         out = log.read_text()
@@ -291,6 +298,27 @@ def test_a_term_stops_every_process_of_the_image_builds_even_one_out_of_their_tr
         assert list((tmp_path / "tmp").iterdir()) == []
     finally:
         kill_session(process)  # nothing is left behind, even when the test fails
+
+
+def test_a_term_while_the_node_image_builds_runs_the_whole_cleanup_when_docker_cannot_list(
+    tmp_path: Path,
+) -> None:
+    """Cleanup removes the containers an interrupted node-image build left, asking Docker for
+    them; an engine that does not answer then (here `docker ps` fails) must not end cleanup
+    before it has stopped the rest and removed the work folder (it once did, exiting 1)."""
+    started = tmp_path / "node-image-started"
+    block = f'case "$*" in *node-image.sh*) touch {started}; exec sleep 300;; esac'
+    process, log = start_gated_run(tmp_path, tmp_path / "never-written", nice=block)
+    try:
+        while_running(process, log, started.exists, "the node image's build")
+        process.terminate()
+        assert process.wait(timeout=30) == 143, log.read_text()
+        out = log.read_text()
+        assert "node-image " in out.split("e2e-kind: timings:")[1], out
+        assert "(failed)" in out.split("e2e-kind: timings:")[1], out
+        assert list((tmp_path / "tmp").iterdir()) == []
+    finally:
+        kill_session(process)
 
 
 def kill_session(process: subprocess.Popen[bytes]) -> None:
