@@ -190,13 +190,16 @@ class StandIns:
         keys their GCP trusts): apply these, not the files, for every sample chain to work."""
         return list(self.admin("GET", "samples")["items"])
 
-    def set_mode(self, stand_in: str, mode: str, *, hang_seconds: float | None = None) -> None:
+    def set_mode(
+        self, stand_in: str, mode: str, *, hang_seconds: float | None = None
+    ) -> dict[str, Any]:
         """``ok``, ``fail`` (503) or ``hang`` for one stand-in (``sts``, ``azure``…); a hang
-        answers each call after ``hang_seconds`` by itself (60 without)."""
+        answers each call after ``hang_seconds`` by itself (60 without). Returns the stand-in's
+        answer (its mode as set)."""
         request: dict[str, Any] = {"standIn": stand_in, "mode": mode}
         if hang_seconds is not None:
             request["hangSeconds"] = hang_seconds
-        self.admin("POST", "mode", request)
+        return dict(self.admin("POST", "mode", request))
 
     def url(self, stand_in: str) -> str:
         """A stand-in's base URL inside the cluster (Service DNS)."""

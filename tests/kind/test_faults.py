@@ -29,7 +29,7 @@ import pytest
 
 from controllers.reconcilers import api as rapi
 from controllers.runtime import clock as clocks
-from controllers.runtime import errors, objects
+from controllers.runtime import objects
 from tests.kind import install
 from tests.kind.chains import (
     api_key_chain,
@@ -45,7 +45,6 @@ from tests.kind.conftest import Configured
 from tests.kind.controllerlogs import ControllerLogs
 from tests.kind.env import KindEnv
 from tests.kind.history import Credentials
-from tests.kind.standins import StandIns
 from tests.kind.watching import Recorder
 from tests.support.polling import wait_for
 from tests.support.reconcilelog import Reconcile, entries, logged_at, longest_overlap, reconciles
@@ -294,18 +293,8 @@ def holding_sts(faults: Faults) -> Iterator[Callable[[], int]]:
     try:
         standins.set_mode("sts", "hang", hang_seconds=HOLD_SECONDS)
         yield lambda: standins.calls().get(STS_RECEIVED, 0) - before
-    finally:
-        wait_for(lambda: released(standins), timeout=30, what="the STS stand-in answers again")
-
-
-def released(standins: StandIns) -> bool:
-    """Asks the STS stand-in to answer again; False when the ask did not get through (the API
-    server's proxy failed or timed out: worth asking again)."""
-    try:
-        standins.set_mode("sts", "ok")
-    except errors.TransientApiError:
-        return False
-    return True
+    finally:  # wait_for asks again when an ask fails (the API server's proxy)
+        wait_for(lambda: standins.set_mode("sts", "ok"), what="the STS stand-in answers again")
 
 
 def terminated_state(pods: Recorder, pod: str) -> dict[str, Any] | None:

@@ -307,7 +307,10 @@ def test_a_hang_set_through_the_admin_endpoint_answers_by_itself_after_its_secon
     for bad in (0, -1, 61, "5", True, None):
         request = {"standIn": "gcp", "mode": "hang", "hangSeconds": bad}
         assert call(admin.url + "/mode", request)[0] == 400, bad
+    sideways = {"standIn": "gcp", "mode": "sideways", "hangSeconds": 5}
+    assert call(admin.url + "/mode", sideways)[0] == 400
     assert standins.gcp.hang_seconds == 0.5  # a refused ask changes nothing
+    assert standins.gcp.mode == "hang"
     call(admin.url + "/mode", {"standIn": "gcp", "mode": "ok"})
     assert standins.gcp.hang_seconds == 60  # the default again: no hold is left shortened
 

@@ -324,22 +324,25 @@ def test_a_term_while_the_node_image_builds_runs_the_whole_cleanup_when_docker_c
 def kill_session(process: subprocess.Popen[bytes]) -> None:
     """KILLs every process of the session ``process`` leads (:func:`start_gated_run`), reparented
     ones included, and reaps ``process``."""
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (FileNotFoundError, ProcessLookupError):
-            continue
-        if int(fields[3]) == process.pid:  # the session id, after state, ppid and pgrp
+    for proc in Path("/proc").glob("[0-9]*"):
+        fields = stat_fields(int(proc.name))
+        if fields and int(fields[3]) == process.pid:  # the session id: after state, ppid, pgrp
             with contextlib.suppress(ProcessLookupError):
-                os.kill(int(stat.parent.name), signal.SIGKILL)
+                os.kill(int(proc.name), signal.SIGKILL)
     process.kill()
     process.wait()
 
 
 def alive(pid: int) -> bool:
     """A process that exists and is not a zombie."""
+    fields = stat_fields(pid)
+    return fields is not None and fields[0] != "Z"
+
+
+def stat_fields(pid: int) -> list[str] | None:
+    """/proc/<pid>/stat after the command name (which may hold spaces and parentheses), from
+    the state on; None once the process is gone."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError):
+        return None

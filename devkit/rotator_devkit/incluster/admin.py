@@ -114,8 +114,8 @@ class AdminEndpoint(Stub):
             or not 0 < seconds <= MAX_HANG_SECONDS
         ):
             raise ValueError(f"hangSeconds is not a number of seconds in (0, {MAX_HANG_SECONDS}]")
-        stub.hang_seconds = float(seconds)  # set on every call: no hold outlives the test's ask
-        stub.set_mode(str(request["mode"]))
+        # set on every call: no hold outlives the test's ask
+        stub.set_mode(str(request["mode"]), hang_seconds=float(seconds))
         return {"standIn": request["standIn"], "mode": stub.mode, "hangSeconds": stub.hang_seconds}
 
     def _accept(self, request: dict[str, Any]) -> dict[str, Any]:

@@ -79,9 +79,14 @@ class Stub:
         self._server.shutdown()
         self._server.server_close()
 
-    def set_mode(self, mode: str) -> None:
-        assert mode in ("ok", "fail", "hang")
+    def set_mode(self, mode: str, *, hang_seconds: float | None = None) -> None:
+        """Switches the mode (and, given, :attr:`hang_seconds`) in one step, so that no call
+        is held by a hang with the previous bound; an unknown mode changes nothing."""
+        if mode not in ("ok", "fail", "hang"):
+            raise ValueError(f"no mode {mode!r}: ok, fail or hang")
         with self._lock:
+            if hang_seconds is not None:
+                self.hang_seconds = hang_seconds
             self.mode = mode
             if mode == "hang":
                 self._released.clear()
@@ -97,9 +102,9 @@ class Stub:
         body = handler.rfile.read(length) if length else b""
         self.counted("received")
         with self._lock:
-            mode = self.mode
+            mode, hold = self.mode, self.hang_seconds
         if mode == "hang":
-            self._released.wait(self.hang_seconds)
+            self._released.wait(hold)
         if mode == "fail":
             self.reply(handler, 503, self.failure_body(), self.failure_content_type())
             self.counted("failed")
