@@ -4,8 +4,9 @@ misplaced field in a template fails here, where a client-side render would not n
 script ``helm test`` runs passes against a running controller, with nothing but the test's Role.
 
 Each render goes to a namespace of the test's own as the release namespace, so the dry run
-checks names and references there without touching rotator-system; the ServiceMonitor is checked
-against the Prometheus Operator's own CRD (tests/e2e/data, installed on the local control plane)."""
+checks names and references there without touching rotator-system; the ServiceMonitor and the
+PrometheusRule are checked against stand-ins of the Prometheus Operator's CRDs (tests/e2e/data,
+installed on the local control plane)."""
 
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ from tests.support.existing import ExistingCluster
 from tests.support.helm import Case
 
 SERVICE_MONITOR_CRD = Path(__file__).parent / "data" / "servicemonitor-crd.yaml"
+PROMETHEUS_RULE_CRD = Path(__file__).parent / "data" / "prometheusrule-crd.yaml"
 KINDS: dict[str, Resource] = {
     **manifests.KINDS,
     "ConfigMap": Resource("", "v1", "configmaps", "ConfigMap"),
@@ -40,7 +42,10 @@ KINDS: dict[str, Resource] = {
     "NetworkPolicy": Resource("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy"),
     "Lease": objects.LEASES,
     "ServiceMonitor": Resource("monitoring.coreos.com", "v1", "servicemonitors", "ServiceMonitor"),
+    "PrometheusRule": Resource("monitoring.coreos.com", "v1", "prometheusrules", "PrometheusRule"),
 }
+OPERATOR_KINDS = ("ServiceMonitor", "PrometheusRule")
+"""The Prometheus Operator's kinds: dry-run only where their API is served."""
 
 
 def every_knob(watched: list[str]) -> dict[str, Any]:
@@ -121,6 +126,17 @@ def every_knob(watched: list[str]) -> dict[str, Any]:
                     {"ports": [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}]}
                 ],
             },
+            "prometheusRule": {
+                "enabled": True,
+                "labels": {"release": "prom"},
+                "selector": 'job="rotator"',
+                "runbookURL": "https://docs.example/rotator/",
+            },
+            "grafanaDashboard": {
+                "enabled": True,
+                "labels": {"grafana_dashboard": "1"},
+                "annotations": {"grafana_folder": "rotator"},
+            },
         },
         "podSecurityContext": {"fsGroup": 65532},
         "securityContext": {"runAsNonRoot": True},
@@ -159,20 +175,21 @@ def apply(api: clients.Client, docs: list[dict[str, Any]], *, dry_run: bool) -> 
 
 
 @pytest.fixture(scope="module")
-def service_monitors(control_plane: LocalControlPlane, api: clients.Client) -> None:
-    """The ServiceMonitor CRD, on the local control plane only (a kept cluster is not ours to
-    add CRDs to: there the ServiceMonitor is checked only if its API is already served)."""
+def operator_crds(control_plane: LocalControlPlane, api: clients.Client) -> None:
+    """The ServiceMonitor and PrometheusRule CRDs, on the local control plane only (a kept
+    cluster is not ours to add CRDs to: there each is checked only if its API is already served)."""
     crds = manifests.KINDS["CustomResourceDefinition"]
-    name = "servicemonitors.monitoring.coreos.com"
     if isinstance(control_plane, ExistingCluster):
         return
-    manifests.apply(api, manifests.load_file(SERVICE_MONITOR_CRD))
+    for path in (SERVICE_MONITOR_CRD, PROMETHEUS_RULE_CRD):
+        manifests.apply(api, manifests.load_file(path))
 
-    def established() -> bool:
+    def established(name: str) -> bool:
         conditions = (api.get(crds, name).get("status") or {}).get("conditions") or []
         return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
 
-    manifests.wait(functools.partial(established), what=f"CRD {name} established")
+    for name in ("servicemonitors.monitoring.coreos.com", "prometheusrules.monitoring.coreos.com"):
+        manifests.wait(functools.partial(established, name), what=f"CRD {name} established")
 
 
 def served(api: clients.Client, resource: Resource) -> bool:
@@ -199,9 +216,7 @@ def admitted(api: clients.Client, render: helm.Render, namespace: str) -> set[st
     """Dry-runs every object; the test Pod's ServiceAccount is created for real first (the API
     server's ServiceAccount admission looks it up, even in a dry run). Returns the kinds."""
     docs = [
-        d
-        for d in render.docs
-        if d["kind"] != "ServiceMonitor" or served(api, KINDS["ServiceMonitor"])
+        d for d in render.docs if d["kind"] not in OPERATOR_KINDS or served(api, KINDS[d["kind"]])
     ]
     accounts = [
         d for d in docs if d["kind"] == "ServiceAccount" and helm.identity(d)[2] == namespace
@@ -221,7 +236,7 @@ def test_the_default_render_is_admitted_by_a_server_side_dry_run(
 
 
 def test_every_value_set_is_admitted_by_a_server_side_dry_run(
-    api: clients.Client, installed: None, service_monitors: None, namespace: str, watched: list[str]
+    api: clients.Client, installed: None, operator_crds: None, namespace: str, watched: list[str]
 ) -> None:
     values = every_knob(watched)
     assert set(values) == set(yaml.safe_load((helm.CHART / "values.yaml").read_text())), (
@@ -230,9 +245,10 @@ def test_every_value_set_is_admitted_by_a_server_side_dry_run(
     render = helm.template(Case(values, namespace=namespace, with_tests=True))
     assert not render.error, render.error
     kinds = admitted(api, render, namespace)
-    assert {"NetworkPolicy", "PodDisruptionBudget", "Role", "Pod"} <= kinds
-    if served(api, KINDS["ServiceMonitor"]):
-        assert "ServiceMonitor" in kinds
+    assert {"NetworkPolicy", "PodDisruptionBudget", "Role", "Pod", "ConfigMap"} <= kinds
+    for kind in OPERATOR_KINDS:
+        if served(api, KINDS[kind]):
+            assert kind in kinds
 
 
 def test_a_misplaced_field_is_refused_by_the_strict_dry_run(
@@ -246,6 +262,23 @@ def test_a_misplaced_field_is_refused_by_the_strict_dry_run(
     ]
     with pytest.raises(AssertionError, match="tolerations: field not declared in schema"):
         apply(api, [deployment], dry_run=True)
+
+
+def test_a_misplaced_rule_field_is_refused_by_the_strict_dry_run(
+    api: clients.Client, installed: None, operator_crds: None, namespace: str
+) -> None:
+    """The PrometheusRule stand-in can refuse: an alert's severity beside its labels instead of
+    in them."""
+    if not served(api, KINDS["PrometheusRule"]):
+        pytest.skip("no PrometheusRule API on this cluster")
+    render = helm.template(
+        Case({"metrics": {"prometheusRule": {"enabled": True}}}, namespace=namespace)
+    )
+    rule = render.one("PrometheusRule")
+    apply(api, [rule], dry_run=True)
+    rule["spec"]["groups"][0]["rules"][0]["severity"] = "critical"
+    with pytest.raises(AssertionError, match="severity: field not declared in schema"):
+        apply(api, [rule], dry_run=True)
 
 
 def test_the_helm_test_script_passes_against_a_running_controller(

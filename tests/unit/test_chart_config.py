@@ -86,6 +86,10 @@ MISTAKES: dict[str, tuple[dict[str, Any], str]] = {
         {"metrics": {"networkPolicy": {"apiServer": {"cidrs": ["10.0.0.1"]}}}},
         "at '/metrics/networkPolicy/apiServer/cidrs/0': '10.0.0.1' does not match pattern",
     ),
+    "a prometheusRule selector that is no label matcher": (
+        {"metrics": {"prometheusRule": {"selector": "rotator"}}},
+        "at '/metrics/prometheusRule/selector': 'rotator' does not match pattern",
+    ),
     "two replicas without leader election": (
         {"leaderElection": {"enabled": False}},
         "leaderElection.enabled=false needs replicas: 1",

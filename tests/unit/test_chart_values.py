@@ -291,6 +291,14 @@ KNOBS: dict[str, tuple[dict[str, Any], Diff]] = {
         {"metrics": {"networkPolicy": {"enabled": True}}},
         expect(added={("NetworkPolicy", "rotator-controller-manager", NS)}),
     ),
+    "prometheusRule": (
+        {"metrics": {"prometheusRule": {"enabled": True}}},
+        expect(added={("PrometheusRule", "rotator-alerts", NS)}),
+    ),
+    "grafanaDashboard": (
+        {"metrics": {"grafanaDashboard": {"enabled": True}}},
+        expect(added={("ConfigMap", "rotator-dashboard", NS)}),
+    ),
     "podSecurityContext": (
         {"podSecurityContext": {"fsGroup": 65532}},
         expect(deployment({(*POD, "securityContext", "fsGroup"): 65532})),
