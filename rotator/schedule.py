@@ -145,6 +145,14 @@ class RetryPolicy:
     """Each delay is spread by up to this fraction either way."""
 
 
+def doubling(base: float, cap: float, attempts: int) -> float:
+    """``base`` doubled per attempt after the first, at most ``cap``: the capped doubling of a
+    retry after ``attempts`` failures in a row (1 or more; fewer count as 1). The exponent stops
+    at 32, so no count overflows a float. Shared by :func:`retry_delay` and the Route's
+    rollout retries (controllers.reconcilers.route.restarts)."""
+    return float(min(cap, base * 2.0 ** min(max(attempts, 1) - 1, 32)))
+
+
 def retry_delay(
     attempts: int,
     *,
@@ -161,7 +169,7 @@ def retry_delay(
     """
     p = policy or RetryPolicy()
     rng = rng or random.Random()  # noqa: S311 - spreading retries, not cryptography
-    delay = min(p.cap, p.base * 2.0 ** min(max(attempts, 1) - 1, 32))
+    delay = doubling(p.base, p.cap, attempts)
     delay *= 1.0 + rng.uniform(-p.jitter, p.jitter)
     if expires_at is not None and expires_at > now:
         delay = min(delay, max(p.base / 2, (expires_at - now) / 2))

@@ -14,6 +14,8 @@ import re
 from typing import Any, Literal, NotRequired, TypedDict
 
 from controllers.runtime.objects import ObjectMeta, Resource
+from rotator import errors
+from rotator.providers.aws import sts
 
 GROUP = "rotator.dev"
 VERSION = "v1alpha1"
@@ -40,12 +42,13 @@ EXPIRATION_ANNOTATION = "rotator.dev/expiration-time"
 CREDENTIAL_HASH_ANNOTATION = "rotator.dev/credential-hash"
 CONFIG_HASH_ANNOTATION = "rotator.dev/config-hash"
 CONFIG_INPUTS_ANNOTATION = "rotator.dev/config-inputs"
-"""On the route config Secret: a hash binding what its configuration was rendered from
-(``routeconfig.inputs_digest``) to the data and ``config-hash`` written with it. While a
-Route's inputs hash the same and the Secret still matches, the Route is not rendered again (a
-restart renders nothing). Written with each new configuration, never alone: without it, or with
-a wrong one, the Route is rendered as before. Not an authentication: whoever may write that
-Secret may also write the Route's inputs."""
+"""On the route config Secret: a hash binding what its configuration was rendered from (its
+format's ``inputs_hash``, controllers/reconcilers/route/formats) to the data and
+``config-hash`` written with it (route/configsecret.py). While a Route's inputs hash the same
+and the Secret still matches, the Route is not rendered again (a restart renders nothing).
+Written with each new configuration, never alone: without it, or with a wrong one, the Route is
+rendered as before. Not an authentication: whoever may write that Secret may also write the
+Route's inputs."""
 ROTATE_REQUESTED_ANNOTATION = "rotator.dev/rotate-requested-at"
 ROUTE_CONFIG_KEY = "config.yaml"
 
@@ -98,14 +101,14 @@ TRANSLATED = "Translated"
 hold every rule, match and backend of the spec that rotator itself could reach (rules after a
 catch-all are not: rotator never routes to them either)? False (:data:`REASON_NOT_EXPRESSIBLE`)
 names each rule and backend LiteLLM cannot express, and what (controllers/reconcilers/
-litellmconfig.py)."""
+route/formats/litellm.py)."""
 REASON_NOT_EXPRESSIBLE = "NotExpressible"
 """Route ``Translated=False``: part of the spec is left out of a LiteLLM configuration."""
 REASON_TRANSLATED = "Translated"
 """Route ``Translated=True``: the LiteLLM configuration holds every reachable rule of the spec."""
 ROLLOUT_RESTARTED = "RolloutRestarted"
 """Route condition, on Routes with ``spec.rolloutRestartTargets``: were the targets rolled out
-for the configuration in the config Secret (controllers/reconcilers/restarts.py)?"""
+for the configuration in the config Secret (controllers/reconcilers/route/restarts.py)?"""
 REASON_FIRST_CONFIGURATION = "FirstConfiguration"
 """Route ``RolloutRestarted=True``: the first configuration (or the one current when targets were
 added) is recorded and nothing restarted; its changes roll the targets out."""
@@ -154,22 +157,25 @@ REASON_CONTROLLER_IDENTITY_NOT_ALLOWED = "ControllerIdentityNotAllowed"
 identity (``controllerIdentity``) in a namespace the controller's
 ``--controller-identity-namespaces`` does not list; no provider is called
 (``credentialsources.controller_identity_refusal``)."""
-REASON_ASSUME_ROLE_FAILED = "AssumeRoleFailed"
+
+# A provider's own reasons (``AssumeRoleFailed``, ``ControllerIdentityNotFound``, …) are written
+# once, on its errors in rotator/ (rotator.providers.aws.sts, rotator.providers.aws.identity),
+# and reach the conditions through the error; docs/api.md lists them.
+REASON_ASSUME_ROLE_FAILED = sts.ASSUME_ROLE_FAILED
 """Policy ``Ready=False`` (or ``RotationFailed``'s message): the ``assumeRole`` link of an AWS
 role chain failed — the message says ``assumeRole <role ARN>: …`` and the provider's code. A
-failure of the chain's base keeps the base's reasons (``rotator.providers.aws.sts``)."""
-REASON_CONTROLLER_IDENTITY_NOT_FOUND = "ControllerIdentityNotFound"
-"""Policy ``Ready=False``: botocore's default credential chain found no credentials in the
-controller's environment (``rotator.providers.aws.identity``)."""
+failure of the chain's base keeps the base's reasons (:mod:`rotator.providers.aws.sts`, where
+the value is written)."""
 
 # --- the policy reconciler's own condition and Event reasons (controllers/reconcilers/policy) ---
 REASON_ACCEPTED = "Accepted"
 """``Accepted=True`` of every object whose spec rotator can act on (``conditions.accepted``)."""
 REASON_CREDENTIALS_READY = "CredentialsReady"
 """Policy ``Ready=True``: the credentials are in the derived Secret (and until when)."""
-REASON_ROTATION_FAILED = "RotationFailed"
-"""Policy ``Ready=True`` while the served credentials are still valid and the last refresh
-failed (the message says why, and when it is retried); also the Warning Event of the first such
+REASON_ROTATION_FAILED = errors.CredentialError.reason
+"""``RotationFailed``, written once as the reason of :class:`rotator.errors.CredentialError`.
+Policy ``Ready=True`` while the served credentials are still valid and the last refresh failed
+(the message says why, and when it is retried); also the Warning Event of the first such
 failure, and the reason of a failure whose error names no reason of its own."""
 REASON_EXPIRED = "Expired"
 """Policy ``Ready=False``: the served credentials expired while every refresh failed."""
@@ -190,7 +196,7 @@ REASON_UNSUPPORTED_CREDENTIAL_SOURCE = "UnsupportedCredentialSource"
 cannot obtain a credential from that source."""
 # --- end of the policy reconciler's reasons ---------------------------------------------------
 
-# --- the backend and route reconcilers' condition reasons (backend.py, route.py) -------------
+# --- the backend and route reconcilers' condition reasons (backend/, route/) -----------------
 REASON_RESOLVED_REFS = "ResolvedRefs"
 """Backend ``ResolvedRefs=True``: exactly one policy targets it and it is Ready. Route
 ``ResolvedRefs=True``: every backend and its credentials resolved."""
@@ -220,20 +226,31 @@ not a valid label value (over 63 characters); the name is then in :data:`OWNER_N
 OWNER_NAME_ANNOTATION = "rotator.dev/owner-name"
 
 
-_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+NAME_PART_MAX = 63
+"""Characters of a label value, and of an annotation key's name part."""
+_NAME_PART = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+
+
+def fit_name(name: str) -> str:
+    """``name`` where a label value or an annotation key's name part must fit: itself when it is
+    one (1 to :data:`NAME_PART_MAX` characters of ``[A-Za-z0-9._-]``, alphanumeric at both
+    ends), else ``sha256-<first 40 hex digits of its hash>`` (still unique in practice, and
+    always the same for the same name). The one rule for both: an empty name is not one, so it
+    is hashed too (object names are never empty)."""
+    if len(name) <= NAME_PART_MAX and _NAME_PART.match(name):
+        return name
+    return f"sha256-{hashlib.sha256(name.encode()).hexdigest()[:40]}"
 
 
 def owner_labels(label: str, owner_name: str) -> tuple[dict[str, str], dict[str, str]]:
     """``(labels, annotations)`` naming the owner of a Secret rotator writes.
 
     Object names run to 253 characters, label values to 63: a name that does not fit is labelled
-    ``sha256-<first 40 hex digits of its hash>`` (still selectable, still unique in practice)
-    and carried whole in the :data:`OWNER_NAME_ANNOTATION`.
+    :func:`fit_name` (still selectable, still unique in practice) and carried whole in the
+    :data:`OWNER_NAME_ANNOTATION`.
     """
-    if len(owner_name) <= 63 and _LABEL_VALUE.match(owner_name):
-        return {label: owner_name}, {}
-    digest = hashlib.sha256(owner_name.encode()).hexdigest()[:40]
-    return {label: f"sha256-{digest}"}, {OWNER_NAME_ANNOTATION: owner_name}
+    value = fit_name(owner_name)
+    return {label: value}, ({} if value == owner_name else {OWNER_NAME_ANNOTATION: owner_name})
 
 
 def derived_secret_name(policy_name: str) -> str:
@@ -523,8 +540,8 @@ class RolloutRestartTarget(TypedDict):
 
 OutputFormat = Literal["rotator.dev/v1alpha1", "LiteLLM"]
 DEFAULT_OUTPUT_FORMAT: OutputFormat = "rotator.dev/v1alpha1"
-"""``spec.output.format`` when absent: rotator's own format (routeconfig.py), so Routes written
-before the field existed keep their configuration's bytes and hash."""
+"""``spec.output.format`` when absent: rotator's own format (route/formats/own.py), so Routes
+written before the field existed keep their configuration's bytes and hash."""
 
 
 class OutputSpec(TypedDict, total=False):

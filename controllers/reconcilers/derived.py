@@ -191,14 +191,23 @@ def _time(
     value = annotations.get(name)
     if value is None:
         return None
+    seconds = read_time(value, parse)
+    if seconds is None:
+        malformed.append(name)
+    return seconds
+
+
+def read_time(value: str, parse: Callable[[str], float] = clocks.parse_rfc3339) -> float | None:
+    """The time ``value`` says (an RFC 3339 time by default); None when it does not read as one:
+    the parser refuses it (ValueError), it is beyond what a float or a date holds
+    (OverflowError), or it is not finite (``nan``, ``inf``). The one reader of a time annotation
+    rotator wrote (``rotator.dev/expiration-time`` here and in the Route's resolution, the state
+    times): one that does not read vouches for nothing."""
     try:
         seconds = parse(value)
     except (ValueError, OverflowError):
-        seconds = math.nan
-    if not math.isfinite(seconds):
-        malformed.append(name)
         return None
-    return seconds
+    return seconds if math.isfinite(seconds) else None
 
 
 def stale_annotations(secret: Mapping[str, Any], desired: Mapping[str, str]) -> set[str]:

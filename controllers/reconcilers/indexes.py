@@ -34,19 +34,29 @@ def policy_secrets(
     return index
 
 
+def target_names(policy: Mapping[str, Any]) -> list[str]:
+    """The ServiceBackends a policy names in ``targetRefs``, each once, in spec order: the one
+    reading of ``targetRefs`` (this index, and what wakes a backend)."""
+    refs = (policy.get("spec") or {}).get("targetRefs") or []
+    return list(dict.fromkeys(ref["name"] for ref in refs))
+
+
 def policy_backends(policy: Mapping[str, Any]) -> Iterable[str]:
     """BackendSecurityPolicy → the ServiceBackends it targets."""
     namespace = objects.namespace(policy)
-    refs = (policy.get("spec") or {}).get("targetRefs") or []
-    return {objects.make_key(namespace, ref["name"]) for ref in refs}
+    return {objects.make_key(namespace, name) for name in target_names(policy)}
+
+
+def route_backend_names(route: Mapping[str, Any]) -> list[str]:
+    """The ServiceBackends a Route's rules reference, each once, in spec order: the one reading
+    of ``backendRefs`` (this index, and what the Route reconcile resolves)."""
+    rules = (route.get("spec") or {}).get("rules") or []
+    return list(
+        dict.fromkeys(ref["name"] for rule in rules for ref in rule.get("backendRefs") or [])
+    )
 
 
 def route_backends(route: Mapping[str, Any]) -> Iterable[str]:
     """Route → the ServiceBackends its rules reference."""
     namespace = objects.namespace(route)
-    rules = (route.get("spec") or {}).get("rules") or []
-    return {
-        objects.make_key(namespace, ref["name"])
-        for rule in rules
-        for ref in rule.get("backendRefs") or []
-    }
+    return {objects.make_key(namespace, name) for name in route_backend_names(route)}

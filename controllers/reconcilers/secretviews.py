@@ -16,10 +16,10 @@ informer ``Transform``):
   bytes kept grow with the objects users are allowed to create, not with Secrets. Any other
   labelled Secret keeps its identity and ownerReferences only.
 
-Of rotator's own Secrets, the route config keeps a digest of its data (:data:`DATA_DIGEST`), not
+Of rotator's own Secrets, the route config keeps a hash of its data (:data:`DATA_HASH`), not
 the data: its only readers compare it with a configuration about to be written (the route
 reconciler's "already written?" and the echo filter, both through :func:`holds_data`), and the
-configuration inlines every backend's credentials, so it grows with the route. A digest of the
+configuration inlines every backend's credentials, so it grows with the route. A hash of the
 data itself, not the ``config-hash`` annotation, so an edit of the data that leaves the
 annotation alone is still seen and repaired. The derived Secret keeps its data: the route
 renderer and the policy reconciler read it.
@@ -55,23 +55,29 @@ _NAMES = {
 }
 
 
-DATA_DIGEST = "dataDigest"
-"""Where a cached route config Secret holds :func:`data_digest` of its data, in place of
-``data`` (a top-level field no Secret has)."""
+DATA_HASH = "dataDigest"
+"""Where a cached route config Secret holds :func:`data_hash` of its data, in place of
+``data`` (a top-level field no Secret has; the cache's own, never written)."""
 
 
-def data_digest(data: Mapping[str, str]) -> str:
+def data_hash(data: Mapping[str, str]) -> str:
     """SHA-256 of a Secret's ``data`` (keys sorted): equal exactly when the data are."""
     canonical = json.dumps(dict(data), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
+DATA_DIGEST = DATA_HASH
+"""The name :data:`DATA_HASH` had before (one name per hash: ``data_hash``)."""
+data_digest = data_hash
+"""The name :func:`data_hash` had before."""
+
+
 def holds_data(cached: Mapping[str, Any], data: Mapping[str, str]) -> bool:
-    """Whether the cached Secret ``cached`` holds exactly ``data``: by digest when the cache
+    """Whether the cached Secret ``cached`` holds exactly ``data``: by hash when the cache
     kept one (a route config), else by the data it kept."""
-    digest = cached.get(DATA_DIGEST)
-    if digest is not None:
-        return bool(digest == data_digest(data))
+    kept_hash = cached.get(DATA_HASH)
+    if kept_hash is not None:
+        return bool(kept_hash == data_hash(data))
     return (cached.get("data") or {}) == dict(data)
 
 
@@ -103,7 +109,7 @@ def managed(secret: Body) -> Body:
         }
         data = secret.get("data") or {}
         if (objects.controller_of(secret) or {}).get("kind") == "Route":
-            kept[DATA_DIGEST] = data_digest(data)
+            kept[DATA_HASH] = data_hash(data)
         else:
             kept["data"] = data
         return kept

@@ -1,6 +1,6 @@
 """The composition root of the chain: its options, its credential sources, its informers, and
-the three controllers, each wired beside its reconciler (``policy_wiring``, ``backend_wiring``,
-``route_wiring``: what it is for, what it owns, what it watches).
+the three controllers, each wired beside its reconciler (``policy/wiring.py``,
+``backend/wiring.py``, ``route/wiring.py``: what it is for, what it owns, what it watches).
 
 One hop per event, every one an informer event (controller-runtime's ``Watches`` with
 ``EnqueueRequestsFromMapFunc``): it fires only once the cache holds the change, so the reconcile
@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from controllers.reconcilers import backend_wiring, policy_wiring, route_wiring
+from controllers.reconcilers.backend import wiring as backend_wiring
 from controllers.reconcilers.chaincache import chain_cache
 from controllers.reconcilers.credentialsources import CredentialSource
 from controllers.reconcilers.credentialsources.apikey import APIKeySource
@@ -26,6 +26,8 @@ from controllers.reconcilers.credentialsources.gcp import (
     lazy_transport,
 )
 from controllers.reconcilers.metrics import CredentialMetrics
+from controllers.reconcilers.policy import wiring as policy_wiring
+from controllers.reconcilers.route import wiring as route_wiring
 from controllers.reconcilers.tokens import ServiceAccountTokens
 from controllers.runtime import clock as clocks
 from controllers.runtime.builder import Wiring

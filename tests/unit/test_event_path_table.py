@@ -60,7 +60,7 @@ def wired(wiring: tuple[Wiring, ...]) -> list[Row]:
 
 
 def test_the_event_path_table_is_the_wiring(wiring: tuple[Wiring, ...]) -> None:
-    """Mutations caught: a watch added or removed in a ``*_wiring`` module, a predicate or a
+    """Mutations caught: a watch added or removed in a ``wiring`` module, a predicate or a
     mapper changed, two watches reordered, a table row edited."""
     table, actual = documented(), wired(wiring)
     missing = [r for r in actual if r not in table]
@@ -82,7 +82,8 @@ def test_the_table_covers_every_controller_and_source(wiring: tuple[Wiring, ...]
 def test_the_section_names_where_the_wiring_lives() -> None:
     """The heading points at the wiring modules, and the text names each of them."""
     text = section(DESIGN.read_text(encoding="utf-8"), 4)
-    assert "`controllers/reconcilers/*_wiring.py`" in text.splitlines()[0]
+    assert "`controllers/reconcilers/*/wiring.py`" in text.splitlines()[0]
     folder = DESIGN.parents[1] / "controllers" / "reconcilers"
-    modules = {p.name for p in folder.glob("*_wiring.py")}
-    assert set(re.findall(r"`(\w+_wiring\.py)`", text)) == modules
+    modules = {f"{p.parent.name}/wiring.py" for p in folder.glob("*/wiring.py")}
+    assert len(modules) == 3
+    assert set(re.findall(r"`(\w+/wiring\.py)`", text)) == modules

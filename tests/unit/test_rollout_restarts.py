@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 import yaml
 
-from controllers.reconcilers import api, restarts, routeconfig
+from controllers.reconcilers import api, restarts
 from controllers.reconcilers.restarts import Action, decide
+from controllers.reconcilers.route import configsecret
 from controllers.runtime import client as clients
 from controllers.runtime import clock as clocks
 from controllers.runtime import errors as api_errors
@@ -463,7 +464,7 @@ def test_removing_the_targets_removes_the_condition_and_the_record() -> None:
 def test_a_configuration_that_could_not_be_written_rolls_nothing_out(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(routeconfig, "MAX_SECRET_BYTES", 2000)
+    monkeypatch.setattr(configsecret, "MAX_SECRET_BYTES", 2000)
     world = Targets([GW])
     world.reconcile()
     record = world.status()["rolloutRestart"]

@@ -16,6 +16,7 @@ import pytest
 
 from controllers.reconcilers import api, echoes, routeconfig
 from controllers.reconcilers.route import RouteReconciler
+from controllers.reconcilers.route.formats import own
 from controllers.runtime import errors as api_errors
 from controllers.runtime import objects
 from controllers.runtime.reconcile import Request
@@ -26,15 +27,15 @@ KEY = objects.make_key(NS, api.route_config_secret_name("r"))
 
 @pytest.fixture
 def renders(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Counts the calls of routeconfig.render."""
+    """Counts the calls of rotator's own format's render."""
     calls: list[int] = []
-    real = routeconfig.render
+    real = own.render
 
     def counting(*args: Any) -> str:
         calls.append(1)
         return real(*args)
 
-    monkeypatch.setattr(routeconfig, "render", counting)
+    monkeypatch.setattr(own, "render", counting)
     return calls
 
 

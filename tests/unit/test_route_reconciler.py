@@ -12,8 +12,8 @@ from typing import Any, cast
 import pytest
 import yaml
 
-from controllers.reconcilers import api, derived, echoes, indexes, routeconfig, secretviews
-from controllers.reconcilers.route import RouteReconciler
+from controllers.reconcilers import api, derived, echoes, indexes, secretviews
+from controllers.reconcilers.route import RouteReconciler, configsecret
 from controllers.runtime import clock as clocks
 from controllers.runtime import errors as api_errors
 from controllers.runtime import objects
@@ -190,20 +190,20 @@ def key_length_for(size: int) -> int:
     probe.chain("big", {"apiKey": b"k" * 100})
     probe.route("big")
     probe.reconcile()
-    overhead = routeconfig.secret_size(
+    overhead = configsecret.secret_size(
         base64.b64decode(probe.secrets()[-1]["data"][api.ROUTE_CONFIG_KEY]).decode()
     )
     return size - (overhead - 100)
 
 
 def test_a_config_exactly_at_the_secret_limit_is_written(world: World) -> None:
-    world.chain("big", {"apiKey": b"k" * key_length_for(routeconfig.MAX_SECRET_BYTES)})
+    world.chain("big", {"apiKey": b"k" * key_length_for(configsecret.MAX_SECRET_BYTES)})
     world.route("big")
     world.reconcile()
     assert world.condition("Programmed")["status"] == "True"
     (written,) = world.secrets()
     text = base64.b64decode(written["data"][api.ROUTE_CONFIG_KEY]).decode()
-    assert routeconfig.secret_size(text) == routeconfig.MAX_SECRET_BYTES
+    assert configsecret.secret_size(text) == configsecret.MAX_SECRET_BYTES
 
 
 @pytest.fixture
@@ -211,7 +211,7 @@ def small_limit(monkeypatch: pytest.MonkeyPatch) -> None:
     """A 64 KiB Secret limit: the refusal logic is the same, and rendering (pure-Python YAML)
     a 1 MiB configuration costs seconds. The real limit is checked above and in
     test_routeconfig."""
-    monkeypatch.setattr(routeconfig, "MAX_SECRET_BYTES", 64 * 1024)
+    monkeypatch.setattr(configsecret, "MAX_SECRET_BYTES", 64 * 1024)
 
 
 @pytest.mark.usefixtures("small_limit")
@@ -222,13 +222,13 @@ def test_a_config_over_the_secret_limit_is_refused_and_the_previous_one_kept(
     world.route("big")
     world.reconcile()
     assert len(world.secrets()) == 1
-    too_long = key_length_for(routeconfig.MAX_SECRET_BYTES + 1)
+    too_long = key_length_for(configsecret.MAX_SECRET_BYTES + 1)
     world.chain("big", {"apiKey": b"k" * too_long})
     world.reconcile()  # no exception: nothing to retry until an input changes
     assert len(world.secrets()) == 1, "nothing written"
     programmed = world.condition("Programmed")
     assert (programmed["status"], programmed["reason"]) == ("False", "ConfigTooLarge")
-    assert f"{routeconfig.MAX_SECRET_BYTES + 1} bytes" in programmed["message"]
+    assert f"{configsecret.MAX_SECRET_BYTES + 1} bytes" in programmed["message"]
     assert "keeps the previous configuration, which is stale" in programmed["message"]
     assert ("Warning", "ConfigTooLarge") in {(t, r) for t, r, _ in world.recorder.events}
     assert world.served() == {"big": {"apiKey": "sk-small"}}
@@ -241,7 +241,7 @@ def test_a_config_over_the_secret_limit_is_refused_and_the_previous_one_kept(
 
 @pytest.mark.usefixtures("small_limit")
 def test_a_first_config_over_the_limit_says_none_was_written(world: World) -> None:
-    world.chain("big", {"apiKey": b"k" * key_length_for(routeconfig.MAX_SECRET_BYTES + 1)})
+    world.chain("big", {"apiKey": b"k" * key_length_for(configsecret.MAX_SECRET_BYTES + 1)})
     world.route("big")
     world.reconcile()
     assert world.secrets() == []

@@ -161,13 +161,14 @@ def decide(i: Inputs, checks: Sequence[Check] = MINTED_CHECKS) -> Decision:
 
 
 def copy_is_current(i: Inputs) -> bool:
-    """Whether the served copy is intact, was copied for this spec, and from the versions of
-    its source Secrets that the metadata cache shows now (``rotator.dev/source-version``).
-    A derived Secret written before the annotation existed has none: read once, annotated."""
+    """Whether the served copy is intact and was copied for this spec (neither :func:`edited`
+    nor :func:`spec_changed` says otherwise), and from the versions of its source Secrets that
+    the metadata cache shows now (``rotator.dev/source-version``). A derived Secret written
+    before the annotation existed has none: read once, annotated."""
     served = i.served
-    if served is None or not served.intact or served.malformed or served.source_version is None:
+    if served is None or served.source_version is None:
         return False
-    if spechash.judge(served.spec_hash, i.policy["spec"]) is not spechash.Verdict.CURRENT:
+    if edited(i) is not None or spec_changed(i) is not None:  # the checks of a refresh
         return False
     versions = []
     for name in source_names(i.source, i.policy):

@@ -6,11 +6,12 @@
 * any event of a Secret it references (the metadata informer): a copied credential is copied
   again, a minted one reads it at its next mint;
 * its derived Secret edited or deleted by anyone else — its own write's echo is skipped
-  (:mod:`.echoes`; this module owns the :class:`~.echoes.OwnWrites` the reconciler records its
-  writes in and the source skips them by).
+  (:mod:`controllers.reconcilers.echoes`; this module owns the
+  :class:`~controllers.reconcilers.echoes.OwnWrites` the reconciler records its writes in and
+  the source skips them by).
 
 The reconciler tells no other controller anything: backends and routes watch the policy
-informer and the derived Secret themselves (:mod:`.backend_wiring`, :mod:`.route_wiring`).
+informer and the derived Secret themselves (:mod:`..backend.wiring`, :mod:`..route.wiring`).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from controllers.reconcilers import crviews, echoes, indexes, predicates
 from controllers.reconcilers.chaincache import ChainCache
 from controllers.reconcilers.credentialsources import CredentialSource
 from controllers.reconcilers.metrics import CredentialMetrics
-from controllers.reconcilers.policy import PolicyReconciler
+from controllers.reconcilers.policy.reconciler import PolicyReconciler
 from controllers.runtime import builder, objects
 from controllers.runtime import clock as clocks
 from controllers.runtime.builder import Wiring

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from controllers.reconcilers import api, predicates
-from controllers.reconcilers.backend import BackendReconciler
+from controllers.reconcilers import api, indexes, predicates
+from controllers.reconcilers.backend.reconciler import BackendReconciler
 from controllers.reconcilers.chaincache import ChainCache
 from controllers.runtime import builder, objects
 from controllers.runtime import clock as clocks
@@ -51,9 +51,6 @@ def setup_with_manager(
 
 
 def targets(policy: Mapping[str, Any]) -> list[Request]:
-    """The ServiceBackends a policy names in ``targetRefs``."""
+    """The ServiceBackends a policy names in ``targetRefs`` (:func:`indexes.target_names`)."""
     namespace = objects.namespace(policy)
-    return [
-        Request(namespace, ref["name"])
-        for ref in (policy.get("spec") or {}).get("targetRefs") or []
-    ]
+    return [Request(namespace, name) for name in indexes.target_names(policy)]

@@ -2,7 +2,8 @@
 
 * its spec (generation) — not its status, which only the reconcile itself writes;
 * its config Secret edited or deleted by anyone else — its own write's echo is skipped
-  (:mod:`.echoes`; this module owns the :class:`~.echoes.OwnWrites`);
+  (:mod:`controllers.reconcilers.echoes`; this module owns the
+  :class:`~controllers.reconcilers.echoes.OwnWrites`);
 * a backend it references whose spec or ``ResolvedRefs`` (status or reason) changed: a change
   of resolution is a second word that the backend's policy appeared, went or changed
   readiness, and costs a route reconcile only when resolution changes;
@@ -23,7 +24,7 @@ from typing import Any
 
 from controllers.reconcilers import api, echoes, indexes, predicates
 from controllers.reconcilers.chaincache import ChainCache
-from controllers.reconcilers.route import RouteReconciler
+from controllers.reconcilers.route.reconciler import RouteReconciler
 from controllers.runtime import builder, objects
 from controllers.runtime import clock as clocks
 from controllers.runtime.builder import Wiring
