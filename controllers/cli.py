@@ -3,6 +3,8 @@
 ``rotator run``      the controller manager, against a kubeconfig or in-cluster
 ``rotator dev``      a local control plane, moto and the stand-ins, the samples, and the
                      controller against them in the foreground, with a live table of policies
+``rotator standins`` a running ``rotator dev``'s stand-ins: accept or retire an API key, make a
+                     provider fail or heal (what an operator's provider does)
 ``rotator status``   one policy: conditions, credential times, derived Secret, routes, events
 ``rotator renew``    ask for a new credential now (``--wait``: until it is served)
 ``rotator version``  the version
@@ -203,6 +205,20 @@ def build_parser(prog: str = "rotator") -> argparse.ArgumentParser:
         help="seconds the credentials minted locally live (default 180: rotations every 2 min)",
     )
     dev.add_argument(
+        "--gateway-port",
+        type=int,
+        default=4000,
+        help="the LiteLLM gateway's address for the whole run, 127.0.0.1:PORT (default 4000; "
+        "0 or a taken port: a free one, printed)",
+    )
+    dev.add_argument(
+        "--admin-port",
+        type=int,
+        default=4001,
+        help="the stand-ins' admin endpoint, 127.0.0.1:PORT, for rotator standins (default "
+        "4001; 0 or a taken port: a free one, printed)",
+    )
+    dev.add_argument(
         "--config",
         help="the project's config/ folder (CRDs and samples; default: the checkout's)",
     )
@@ -217,6 +233,26 @@ def build_parser(prog: str = "rotator") -> argparse.ArgumentParser:
         health_probe_bind_address="127.0.0.1:8081",
         log_format="text",
         allow_insecure_oidc_issuers=True,  # the local OIDC issuer stand-in is http
+    )
+    standins = sub.add_parser(
+        "standins",
+        help="drive a running rotator dev's stand-ins (accept or retire an API key, fail, heal)",
+    )
+    standins.add_argument(
+        "action",
+        choices=("status", "accept-key", "retire-key", "wait-released", "fail", "heal"),
+        help="status; accept-key KEY (the OpenAI stand-in accepts it too); retire-key KEY (it "
+        "refuses it from now on); wait-released KEY (until no gateway proxy carries it); "
+        "fail NAME / heal NAME (a stand-in answers 503, or again as it should)",
+    )
+    standins.add_argument("value", nargs="?", help="the key, or the stand-in's name")
+    standins.add_argument(
+        "--admin",
+        help="the admin endpoint rotator dev printed (default $ROTATOR_DEV_ADMIN, else "
+        "http://127.0.0.1:4001)",
+    )
+    standins.add_argument(
+        "--timeout", type=float, default=300.0, help="wait-released: seconds (default 300)"
     )
     commands.add_parsers(sub)
     sub.add_parser("version", help="print the version")
@@ -245,6 +281,8 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "rotator") -> int:
         return 0
     if args.command in commands.COMMANDS:
         return commands.run(args)
+    if args.command == "standins":
+        return _standins(args)
     logs.configure(args.log_format, args.log_level)
     if args.command == "dev":
         return _dev(args)
@@ -387,7 +425,13 @@ def _dev(args: argparse.Namespace) -> int:
     # the start (it once landed inside logging's fork handler and left its lock held, hanging the
     # stop) cannot be cleaned up after reliably. The start runs to its end, then everything stops.
     stop = _stop_on_signals()
-    env = environment.DevEnvironment(folder, config=config, lifetime=args.lifetime)
+    env = environment.DevEnvironment(
+        folder,
+        config=config,
+        lifetime=args.lifetime,
+        gateway_port=args.gateway_port,
+        admin_port=args.admin_port,
+    )
     live: list[table.LiveTable] = []
     try:
         env.start()
@@ -407,12 +451,18 @@ def _dev(args: argparse.Namespace) -> int:
         kubectl = folder / "kubectl"
         tool = str(kubectl) if os.access(kubectl, os.X_OK) else "kubectl"
         print(f"\nkubeconfig: {kubeconfig}", flush=True)
-        print(f"look around: {tool} --kubeconfig {kubeconfig} get rotator -A\n", flush=True)
+        print(f"look around: {tool} --kubeconfig {kubeconfig} get rotator -A", flush=True)
+        print(
+            f"stand-ins admin: {env.admin_url} (export ROTATOR_DEV_ADMIN={env.admin_url}; "
+            "rotator standins --help)\n",
+            flush=True,
+        )
 
         def attach(mgr: manager.Manager) -> None:
             informer = mgr.cache.informer(api.POLICIES)
             live.append(table.LiveTable(informer.store, sys.stdout, gateways=env.gateway_rows))
             informer.add_handler(live[0])
+            env.on_gateway_change(live[0].refresh)
             live[0].start()
 
         return _run(args, kubeconfig=kubeconfig, attach=attach, stop=stop)
@@ -420,6 +470,23 @@ def _dev(args: argparse.Namespace) -> int:
         for t in live:
             t.stop()
         env.stop()
+
+
+def _standins(args: argparse.Namespace) -> int:
+    try:
+        from rotator_devkit.devenv import control  # noqa: PLC0415
+    except ImportError as exc:
+        print(
+            f"rotator: rotator standins needs the dev kit: pip install -e ./devkit ({exc})",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    if args.action not in ("status",) and not args.value:
+        print(f"rotator standins {args.action}: say which key or stand-in", file=sys.stderr)
+        return EXIT_USAGE
+    return control.run(
+        args.action, args.value, url=args.admin or control.default_url(), timeout=args.timeout
+    )
 
 
 def _stop_on_signals() -> threading.Event:

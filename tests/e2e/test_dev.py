@@ -28,7 +28,7 @@ SAMPLE_POLICIES = {d["metadata"]["name"] for d in SAMPLES if d["kind"] == "Backe
 
 
 def last_table(text: str) -> dict[str, list[str]]:
-    """Policy → its row's cells, from the last table printed."""
+    """Policy → its row's cells, from the last table printed (its policy block)."""
     block = text.rsplit("── policies at ", 1)[-1].splitlines()[1:]
     rows = {}
     for line in block[1:]:
@@ -73,6 +73,10 @@ def test_rotator_dev_runs_every_sample_rotates_and_stops_clean(tmp_path: Path) -
             "127.0.0.1:0",
             "--health-probe-bind-address",
             "127.0.0.1:0",
+            "--gateway-port",
+            "0",
+            "--admin-port",
+            "0",
         ],
         tmp_path / "dev.log",
         env={"KUBEBUILDER_ASSETS": os.environ["KUBEBUILDER_ASSETS"]},
@@ -126,7 +130,9 @@ def test_rotator_dev_runs_every_sample_rotates_and_stops_clean(tmp_path: Path) -
         assert '"chat.completion"' in answer.stdout, answer.stdout[:500]
         wait_for(
             lambda: re.search(
-                r"^default/litellm\s+http://127\.0\.0\.1:\d+\s+\d\d:", log.read_text(), re.M
+                r"^http://127\.0\.0\.1:\d+\s+gpt-4o-mini\s+openai\s+.*\d\d:\d\d:\d\d \([^)]*\)$",
+                log.read_text(),
+                re.M,
             ),
             timeout=120,
             interval=0.5,

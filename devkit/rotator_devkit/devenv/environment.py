@@ -1,7 +1,8 @@
 """Everything ``rotator dev`` runs besides the controller: a local control plane, moto (AWS),
 the stand-ins (OIDC issuer, STS and IAM proxies that check signatures with what they issued,
 Google and Azure AD token services, an Azure IMDS and a GCE metadata server for the
-controller's own identity), a LiteLLM proxy for each sample Route marked for it (gateways.py),
+controller's own identity), a LiteLLM gateway for each sample Route marked for it (gateways.py,
+one address for the whole run), an admin endpoint to drive the stand-ins (admin.py),
 the CRDs, and the samples — one chain per credential source, made
 runnable here by registering in the stand-ins what each sample names (its OIDC client, IAM user,
 pool and provider, Azure application, managed identity, service account to impersonate).
@@ -15,13 +16,14 @@ from __future__ import annotations
 import contextlib
 import logging
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from controllers.runtime import client as clients
 from controllers.runtime import errors, objects, restconfig
 from rotator_devkit.controlplane.cluster import SERVICE_ACCOUNT_ISSUER, LocalControlPlane
-from rotator_devkit.devenv import gateways, manifests
+from rotator_devkit.devenv import admin, gateways, manifests
 from rotator_devkit.devenv.providers import AUDIENCE, CONTROLLER_ROLE, ProviderStandIns
 
 NAMESPACE = "default"
@@ -29,9 +31,21 @@ __all__ = ["AUDIENCE", "CONTROLLER_ROLE", "NAMESPACE", "DevEnvironment"]
 
 
 class DevEnvironment:
-    def __init__(self, assets: Path, *, config: Path, lifetime: int = 180) -> None:
+    def __init__(
+        self,
+        assets: Path,
+        *,
+        config: Path,
+        lifetime: int = 180,
+        gateway_port: int = gateways.DEFAULT_PORT,
+        admin_port: int = admin.DEFAULT_PORT,
+    ) -> None:
+        """``gateway_port``, ``admin_port``: on 127.0.0.1, when free (0: any free port)."""
         self.config = config
         self.lifetime = lifetime
+        self.gateway_port = gateway_port
+        self.admin_port = admin_port
+        self.admin: admin.DevAdmin | None = None
         self.control_plane = LocalControlPlane(assets)
         self.standins: ProviderStandIns | None = None
         self.gateways: gateways.DevGateways | None = None
@@ -50,11 +64,13 @@ class DevEnvironment:
             manifests.install_crds(api, self.config)
             self._wait_for_default_service_account(api)
             self.gateways = gateways.DevGateways(
-                self._folder("gateways"), self.standins.openai, out=sys.stdout
+                self._folder("gateways"), self.standins, out=sys.stdout, port=self.gateway_port
             )
             self._started.append(self.gateways)
             manifests.apply(api, self._samples(), namespace=NAMESPACE)
             self.gateways.start(api)
+            self.admin = _placed(admin.DevAdmin(self.standins, self.gateways), self.admin_port)
+            self._started.append(self.admin.start())
         except BaseException:
             self.stop()
             raise
@@ -102,6 +118,26 @@ class DevEnvironment:
         docs = self.standins.register_documents(manifests.load(self.config / "samples"))
         return self.gateways.prepare(docs, NAMESPACE)
 
-    def gateway_rows(self) -> list[tuple[str, str, float | None]]:
+    def gateway_rows(self) -> list[gateways.Row]:
         """The live table's gateway block (:meth:`gateways.DevGateways.rows`)."""
         return self.gateways.rows() if self.gateways is not None else []
+
+    def on_gateway_change(self, callback: Callable[[], None]) -> None:
+        """``callback`` is called whenever a gateway takes a new configuration into service."""
+        if self.gateways is not None:
+            self.gateways.on_change = callback
+
+    @property
+    def admin_url(self) -> str:
+        assert self.admin is not None
+        return self.admin.url
+
+
+def _placed(endpoint: admin.DevAdmin, port: int) -> admin.DevAdmin:
+    """``endpoint`` on ``port`` of 127.0.0.1, or on a free one if it is taken."""
+    if port:
+        try:
+            return endpoint.place(("127.0.0.1", port), "127.0.0.1")
+        except OSError:
+            return endpoint.place(("127.0.0.1", 0), "127.0.0.1")
+    return endpoint

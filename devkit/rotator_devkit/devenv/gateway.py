@@ -39,6 +39,7 @@ def executable() -> Path | None:
 
 ZYGOTE = """
 import os, signal, sys
+signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C: the dev kit stops us itself
 import litellm.proxy.proxy_server  # the slow part (~12 s of CPU), done once
 import uvicorn
 signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
@@ -59,7 +60,13 @@ the app's startup in ``CONFIG_FILE_PATH`` too), in a process forked from one tha
 LiteLLM: each proxy is a new process that reads its configuration when it starts, and only
 then, but costs ~2 s instead of the ~12 s of CPU (20-60 s on a loaded 2-core machine) that
 importing LiteLLM's proxy takes — more than a 60 s credential can spend on each rollout. On a
-cluster that import is part of every pod's start (docs/operations.md, "LiteLLM")."""
+cluster that import is part of every pod's start (docs/operations.md, "LiteLLM").
+
+SIGINT is ignored in the zygote, and so in every proxy: a Ctrl-C in the terminal reaches the
+whole foreground process group, and uvicorn, once it has shut down on a captured SIGINT, raises
+it again under the handler it found — Python's default one, which wrote a KeyboardInterrupt
+traceback into litellm.log. The dev kit stops its proxies with SIGTERM and the zygote by
+closing its stdin."""
 
 
 class Zygote:
@@ -113,10 +120,14 @@ class LiteLLMProxy:
     ``config``. ``master_key`` is what clients send as ``Authorization: Bearer`` (LiteLLM hashes
     it and checks every request)."""
 
-    def __init__(self, zygote: Zygote, config: Path, *, master_key: str) -> None:
+    def __init__(
+        self, zygote: Zygote, config: Path, *, master_key: str, config_text: str = ""
+    ) -> None:
         self.port = _free_port()
         self.master_key = master_key
         self.config = config
+        self.config_text = config_text
+        """What it serves (the file is removed once read: it holds credentials)."""
         self.pid = zygote.fork(self.port, config)
 
     def running(self) -> bool:
@@ -146,6 +157,51 @@ class LiteLLMProxy:
             if now() > deadline:
                 raise TimeoutError(f"litellm on port {self.port} not ready in {timeout} s")
             time.sleep(0.2)  # polling a process's readiness, with a deadline
+
+    def wait_completing(
+        self,
+        models: list[str],
+        *,
+        timeout: float = 120.0,
+        cancel: threading.Event | None = None,
+        now: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """Waits until a chat completion of each of ``models`` through the proxy succeeds: its
+        readiness. A proxy that answers its liveness probe may still take seconds over its
+        first completions (1-4.8 s were seen), and a client sent to it meanwhile waits. The
+        models are tried at once, each from a thread of its own: the time a new proxy takes to
+        be ready is time the credentials it replaces must still be valid. ``cancel`` set ends
+        the wait (RuntimeError)."""
+        deadline = now() + timeout
+        stop = cancel or threading.Event()
+        problems: list[Exception] = []
+
+        def one(model: str) -> None:
+            while True:
+                if not self.running():
+                    problems.append(RuntimeError(f"litellm (pid {self.pid}) exited"))
+                    return
+                if stop.is_set():
+                    problems.append(RuntimeError("the gateway is stopping"))
+                    return
+                if self.chat(model, timeout=max(1.0, deadline - now()))[0] == 200:
+                    return
+                if now() > deadline:
+                    problems.append(
+                        TimeoutError(
+                            f"litellm on port {self.port}: no completion of {model} in {timeout} s"
+                        )
+                    )
+                    return
+                stop.wait(0.5)  # polling a process's readiness, with a deadline
+
+        probes = [threading.Thread(target=one, args=(m,), daemon=True) for m in models]
+        for probe in probes:
+            probe.start()
+        for probe in probes:
+            probe.join()
+        if problems:
+            raise problems[0]
 
     def chat(self, model: str, *, timeout: float = 30.0) -> tuple[int, str]:
         """One chat completion through the proxy: its status and (bounded) body."""
@@ -194,10 +250,26 @@ class RollingGateway:
     (:meth:`roll` while one is starting only replaces what starts next): a LiteLLM start costs
     seconds of CPU, and starting one per change at once starved them all on a small machine."""
 
-    def __init__(self, folder: Path, *, master_key: str, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        folder: Path,
+        *,
+        master_key: str,
+        env: dict[str, str] | None = None,
+        ready_models: Callable[[str], list[str]] | None = None,
+        on_switch: Callable[[LiteLLMProxy, LiteLLMProxy | None], None] | None = None,
+        drain_timeout: float = 60.0,
+    ) -> None:
+        """``ready_models``: the models (of a configuration's text) whose completions through a
+        new proxy must succeed before it takes the traffic (without: it answers its liveness
+        probe). ``on_switch(new, old)`` is called once a new proxy is current. A replaced proxy
+        is stopped once its requests are answered, or after ``drain_timeout`` seconds."""
         self.folder = folder
         self.master_key = master_key
         self.env = env or {}
+        self.ready_models = ready_models
+        self.on_switch = on_switch
+        self.drain_timeout = drain_timeout
         self.current: LiteLLMProxy | None = None
         self.rolls = 0
         """Proxies started (the first included)."""
@@ -205,6 +277,9 @@ class RollingGateway:
         self.serving = 0
         """The start whose proxy alone serves (the one before it stopped); 0 before the first."""
         self._retiring = 0
+        self._stopping = threading.Event()
+        self._running: list[LiteLLMProxy] = []
+        """Every proxy started and not yet stopped (the current one and those draining)."""
         self._retirements: list[threading.Thread] = []
         self._lock = threading.Lock()
         self._in_flight: dict[int, int] = {}
@@ -242,18 +317,27 @@ class RollingGateway:
                 self._zygote = Zygote(
                     master_key=self.master_key, log=self.folder / "litellm.log", env=self.env
                 )
-            proxy = LiteLLMProxy(self._zygote, path, master_key=self.master_key)
+            proxy = LiteLLMProxy(
+                self._zygote, path, master_key=self.master_key, config_text=config_text
+            )
+            with self._lock:
+                self._running.append(proxy)
             try:
                 proxy.wait_ready()
+                path.unlink()  # it holds credentials; the process has read it
+                if self.ready_models is not None:
+                    proxy.wait_completing(self.ready_models(config_text), cancel=self._stopping)
             except (RuntimeError, TimeoutError) as exc:
-                proxy.stop()
+                self._stopped(proxy)
                 self.errors.append(f"start {generation}: {exc}")
                 return
         finally:
-            path.unlink()  # it holds credentials; the process has read it (or failed)
+            path.unlink(missing_ok=True)
         with self._lock:
             old, self.current = self.current, proxy
             self._retiring += old is not None
+        if self.on_switch is not None:
+            self.on_switch(proxy, old)
         if old is None:
             self.serving = generation
             return
@@ -262,9 +346,19 @@ class RollingGateway:
         self._retirements.append(retire)
         retire.start()
 
+    def _stopped(self, proxy: LiteLLMProxy) -> None:
+        proxy.stop()
+        with self._lock:
+            self._running.remove(proxy)
+
+    def running(self) -> list[LiteLLMProxy]:
+        """Every proxy that may still serve a request: the current one and those draining."""
+        with self._lock:
+            return list(self._running)
+
     def _retire(self, old: LiteLLMProxy, generation: int) -> None:
-        self._drain(old)
-        old.stop()
+        self._drain(old, self.drain_timeout)
+        self._stopped(old)
         with self._lock:
             self._retiring -= 1
             self.serving = max(self.serving, generation)
@@ -295,6 +389,7 @@ class RollingGateway:
             time.sleep(0.05)  # waiting for requests in flight, with a deadline
 
     def stop(self) -> None:
+        self._stopping.set()
         with self._lock:
             self._pending = None
             starter = self._starter
@@ -306,7 +401,7 @@ class RollingGateway:
             proxy, self.current = self.current, None
             zygote, self._zygote = self._zygote, None
         if proxy is not None:
-            proxy.stop()
+            self._stopped(proxy)
         if zygote is not None:
             zygote.stop()
 

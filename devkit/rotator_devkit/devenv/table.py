@@ -1,13 +1,15 @@
 """The live table ``rotator dev`` prints: every policy, its type, readiness, expiry, next renewal
-and last rotation — reprinted whenever one of them changes (read from the manager's cache) —
-and, below it, each gateway the dev kit runs with the last request its upstream answered."""
+and last rotation — reprinted whenever one of them changes (read from the manager's cache) or a
+gateway takes a new configuration into service — and, below it, each model of each gateway the
+dev kit runs: its backend, when the gateway last took a new credential for it into service (its
+last rotation, as traffic sees it), and the last request its stand-in accepted."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any, TextIO
+from typing import Any, Protocol, TextIO
 
 from controllers.commands import humanize
 from controllers.reconcilers import conditions
@@ -17,10 +19,25 @@ from controllers.runtime.objects import Body
 from controllers.runtime.store import Store
 
 COLUMNS = ("POLICY", "TYPE", "READY", "EXPIRES", "NEXT RENEWAL", "LAST ROTATION")
-GATEWAY_COLUMNS = ("ROUTE", "GATEWAY", "LAST SUCCESSFUL REQUEST")
+GATEWAY_COLUMNS = ("GATEWAY", "MODEL", "BACKEND", "LAST ROTATION", "LAST REQUEST")
 
-GatewayRows = Callable[[], list[tuple[str, str, float | None]]]
-"""(route, gateway URL, when the gateway's upstream last answered it) per gateway."""
+
+class GatewayRow(Protocol):
+    """One model of a gateway (:class:`rotator_devkit.devenv.gateways.Row`)."""
+
+    @property
+    def gateway(self) -> str: ...
+    @property
+    def model(self) -> str: ...
+    @property
+    def backend(self) -> str: ...
+    @property
+    def rotated(self) -> float | None: ...
+    @property
+    def last_request(self) -> float | None: ...
+
+
+GatewayRows = Callable[[], Sequence[GatewayRow]]
 
 
 def _time(value: str | None, now: float) -> str:
@@ -31,6 +48,10 @@ def _time(value: str | None, now: float) -> str:
     when = datetime.fromtimestamp(at, tz=UTC)
     stamp = when.strftime("%H:%M:%S" if abs(at - now) < 12 * 3600 else "%Y-%m-%d %H:%M")
     return f"{stamp} ({humanize.relative(at, now)})"
+
+
+def _epoch(at: float | None, now: float) -> str:
+    return "-" if at is None else _time(clocks.rfc3339(at), now)
 
 
 def row(policy: Mapping[str, Any], now: float) -> tuple[str, ...]:
@@ -57,13 +78,13 @@ def _aligned(rows: list[tuple[str, ...]]) -> list[str]:
 def render(
     policies: list[Body],
     now: float,
-    gateways: list[tuple[str, str, float | None]] | None = None,
+    gateways: Sequence[GatewayRow] | None = None,
 ) -> str:
     lines = _aligned([COLUMNS, *sorted(row(p, now) for p in policies)])
     if gateways:
         at = [
-            (route, url, "-" if last is None else _time(clocks.rfc3339(last), now))
-            for route, url, last in gateways
+            (g.gateway, g.model, g.backend, _epoch(g.rotated, now), _epoch(g.last_request, now))
+            for g in gateways
         ]
         lines += ["", *_aligned([GATEWAY_COLUMNS, *at])]
     stamp = datetime.fromtimestamp(now, tz=UTC).strftime("%H:%M:%S")
@@ -71,7 +92,7 @@ def render(
 
 
 class LiveTable:
-    """Reprints the table (at most once a second) after any policy changes."""
+    """Reprints the table (at most once a second) after any policy changes, or :meth:`refresh`."""
 
     def __init__(
         self,
@@ -97,6 +118,10 @@ class LiveTable:
             self._changed.set()
 
     def on_delete(self, obj: Body) -> None:
+        self._changed.set()
+
+    def refresh(self) -> None:
+        """Reprints the table soon (a gateway's rows changed)."""
         self._changed.set()
 
     def start(self) -> None:

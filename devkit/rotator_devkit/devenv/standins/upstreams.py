@@ -179,6 +179,25 @@ class OpenAIStandIn(ModelUpstream):
             self._keys = set(keys)
         self.remember(*keys)
 
+    def add_keys(self, *keys: str) -> None:
+        """Accepts ``keys`` too (a second key beside the first: a rotation's overlap begins)."""
+        with self._lock:
+            self._keys |= set(keys)
+            self._retired -= set(keys)
+        self.remember(*keys)
+
+    def retire_keys(self, *keys: str) -> None:
+        """Refuses ``keys`` from now on, as ``expired`` (the overlap is over: the key revoked)."""
+        with self._lock:
+            self._retired |= set(keys)
+            self._keys -= set(keys)
+        self.remember(*keys)
+
+    def accepted(self) -> list[str]:
+        """The labels (:meth:`ModelUpstream.label`) of the keys accepted now."""
+        with self._lock:
+            return sorted(self.label(k) for k in self._keys)
+
     def check(self, handler: BaseHTTPRequestHandler, body: bytes) -> tuple[str, str]:
         scheme, _, key = (handler.headers.get("Authorization") or "").partition(" ")
         if scheme != "Bearer" or not key:
