@@ -16,7 +16,8 @@ from typing import Any
 
 from controllers.commands import humanize, policyview
 from controllers.commands.target import Target
-from controllers.reconcilers import api, conditions, indexes
+from controllers.reconcilers import api, conditions
+from controllers.reconcilers.cache import indexes
 from controllers.runtime import errors, objects
 from controllers.runtime.objects import Body
 

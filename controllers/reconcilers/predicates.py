@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from controllers.reconcilers import conditions, echoes
+from controllers.reconcilers import conditions
+from controllers.reconcilers.cache import ownwrites
 from controllers.runtime import objects
 from controllers.runtime.builder import Predicate
 from controllers.runtime.objects import Body
@@ -74,9 +75,9 @@ def condition_changed(type_: str, *fields: str) -> Predicate:
     )
 
 
-def not_own_write(writes: echoes.OwnWrites) -> Predicate:
-    """Every change but the echo of a write this process made (:mod:`.echoes`); consumes the
-    record of that write when its echo passes by."""
+def not_own_write(writes: ownwrites.OwnWrites) -> Predicate:
+    """Every change but the echo of a write this process made (:mod:`.cache.ownwrites`);
+    consumes the record of that write when its echo passes by."""
     return Predicate(writes.not_echo, exception="the echo of its own write")
 
 

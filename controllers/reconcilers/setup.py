@@ -1,5 +1,6 @@
-"""The composition root of the chain: its options, its credential sources, its informers, and
-the three controllers, each wired beside its reconciler (``policy/wiring.py``,
+"""The chain assembled for the composition root (``controllers.cli``, which calls
+:func:`register` once): its options, its credential sources, its informers, and the three
+controllers, each wired beside its reconciler (``policy/wiring.py``,
 ``backend/wiring.py``, ``route/wiring.py``: what it is for, what it owns, what it watches).
 
 One hop per event, every one an informer event (controller-runtime's ``Watches`` with
@@ -15,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from controllers.reconcilers.backend import wiring as backend_wiring
-from controllers.reconcilers.chaincache import chain_cache
+from controllers.reconcilers.cache.chaincache import chain_cache
 from controllers.reconcilers.credentialsources import CredentialSource
 from controllers.reconcilers.credentialsources.apikey import APIKeySource
 from controllers.reconcilers.credentialsources.aws import AWSCredentialsSource, lazy_clients

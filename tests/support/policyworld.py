@@ -12,7 +12,8 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from controllers.reconcilers import api, echoes, secretviews
+from controllers.reconcilers import api
+from controllers.reconcilers.cache import ownwrites, secretviews
 from controllers.reconcilers.credentialsources import CredentialSource
 from controllers.reconcilers.metrics import CredentialMetrics
 from controllers.reconcilers.policy import PolicyReconciler
@@ -69,7 +70,7 @@ def policy_world(
         sources=sources,
         recorder=events,
         metrics=CredentialMetrics(registry),
-        own_writes=echoes.OwnWrites(),
+        own_writes=ownwrites.OwnWrites(),
         clock=clock,
         controller_identity_namespaces=controller_identity_namespaces,
     )

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from controllers.reconcilers import api as rapi
-from controllers.reconcilers import crviews, secretviews
+from controllers.reconcilers.cache import crviews, secretviews
 from controllers.runtime import apply, objects
 from controllers.runtime import client as clients
 from controllers.runtime.compaction import Compactor
@@ -120,7 +120,7 @@ CACHED_VIEWS: dict[str, tuple[objects.Resource, bool, str | None, Transform]] = 
     ),
 }  # fmt: skip
 """Resource, metadata-only, label selector and view of each cache, as
-``controllers/reconcilers/chaincache.py`` makes them."""
+``controllers/reconcilers/cache/chaincache.py`` makes them."""
 
 
 def cached_bytes(api: clients.Client, namespace: str) -> dict[str, tuple[int, float]]:

@@ -161,7 +161,7 @@ def _condition_constructors() -> set[str]:
 def contract_names() -> tuple[set[str], set[str]]:
     """(condition types, reasons) the code sets: condition updates ``true(TYPE, REASON, …)`` /
     ``false(…)``, Event reasons ``recorder.event(obj, kind, REASON, …)``, ``Unresolved(REASON,
-    …)``, the ``reason`` of every error class, and api.py's ``REASON_*`` constants."""
+    …)``, the ``reason`` of every error class, and the ``REASON_*`` constants."""
     trees = [ast.parse(p.read_text(encoding="utf-8")) for p in _python_files(*REASON_SOURCES)]
     constants: dict[str, str] = {}
     for tree in trees:
@@ -216,7 +216,7 @@ def test_every_condition_type_and_reason_is_documented(doc: str) -> None:
 
 def test_every_annotation_label_finalizer_and_derived_key_is_documented(doc: str) -> None:
     api = _string_constants(
-        ast.parse((ROOT / "controllers/reconcilers/api.py").read_text(encoding="utf-8"))
+        ast.parse((ROOT / "controllers/reconcilers/api/names.py").read_text(encoding="utf-8"))
     )
     names = {
         value

@@ -14,9 +14,10 @@ from typing import Any
 
 import pytest
 
-from controllers.reconcilers import api, indexes
+from controllers.reconcilers import api
 from controllers.reconcilers import backend as backend_mod
 from controllers.reconcilers.backend import BackendReconciler
+from controllers.reconcilers.cache import indexes
 from controllers.runtime import clock as clocks
 from controllers.runtime.reconcile import Request
 from controllers.runtime.store import Store

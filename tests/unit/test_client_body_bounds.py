@@ -15,8 +15,8 @@ from urllib.parse import parse_qs
 import orjson
 import pytest
 
-from controllers.reconcilers import crviews, secretviews
-from controllers.reconcilers.chaincache import ChainCache, chain_cache
+from controllers.reconcilers.cache import crviews, secretviews
+from controllers.reconcilers.cache.chaincache import ChainCache, chain_cache
 from controllers.runtime import client as clients
 from controllers.runtime import errors, objects
 from controllers.runtime import informer as informer_module

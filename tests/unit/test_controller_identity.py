@@ -44,6 +44,7 @@ from rotator.providers.aws.identity import ControllerIdentity
 from rotator.providers.gcp import adc
 from rotator.providers.gcp.common import DATA_KEY, Endpoints, Transport
 from tests.support import policyworld
+from tests.support.refusing import refusing
 
 SCOPE = "https://cognitiveservices.azure.com/.default"
 LATER = datetime.datetime(2030, 1, 1, 12, 0, 0)  # google-auth's naive UTC
@@ -120,8 +121,8 @@ class FakeAzure:
 def azure_source(fake: FakeAzure) -> AzureCredentialsSource:
     return AzureCredentialsSource(
         azure=cast(azure.Azure, fake),
-        tokens=cast(oidc.TokenSource, None),
-        service_accounts=cast(ServiceAccountTokens, None),
+        tokens=refusing(oidc.TokenSource),
+        service_accounts=refusing(ServiceAccountTokens),
     )
 
 
@@ -171,8 +172,8 @@ def gcp_source(finder: Finder) -> GCPCredentialsSource:
     return GCPCredentialsSource(
         transport=Transport(NoObserver()),
         endpoints=Endpoints(),
-        tokens=cast(oidc.TokenSource, None),
-        service_accounts=cast(ServiceAccountTokens, None),
+        tokens=refusing(oidc.TokenSource),
+        service_accounts=refusing(ServiceAccountTokens),
         application_default=adc.ApplicationDefault(NoObserver(), find=finder),
     )
 
@@ -264,9 +265,9 @@ def aws_cloud() -> Cloud:
         raise AssertionError("the controller's own AWS identity was used")
 
     source = AWSCredentialsSource(
-        clients=cast(Any, None),
-        tokens=cast(oidc.TokenSource, None),
-        service_accounts=cast(ServiceAccountTokens, None),
+        clients=refusing("AWS clients"),
+        tokens=refusing(oidc.TokenSource),
+        service_accounts=refusing(ServiceAccountTokens),
         identity=Lazy(identity),
     )
     return Cloud(AWS_SPEC, source, lambda: len(built))

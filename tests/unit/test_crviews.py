@@ -6,7 +6,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from controllers.reconcilers import api, crviews, predicates
+from controllers.reconcilers import api, predicates
+from controllers.reconcilers.cache import crviews
 from controllers.runtime.informer import strip_never_read
 
 STATUS = {

@@ -29,10 +29,12 @@ from controllers.reconcilers.credentialsources.aws import AWSCredentialsSource
 from controllers.reconcilers.credentialsources.azure import AzureCredentialsSource
 from controllers.reconcilers.credentialsources.gcp import GCPCredentialsSource
 from controllers.reconcilers.credentialsources.lazy import Lazy
-from rotator import errors
+from controllers.reconcilers.tokens import ServiceAccountTokens
+from rotator import errors, oidc
 from rotator.providers.gcp.endpoints import Endpoints
 from rotator_devkit.controlplane.cluster import free_port
 from tests.support.polling import wait_for
+from tests.support.refusing import refusing
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -313,7 +315,9 @@ def test_a_provider_calling_policy_builds_its_client() -> None:
         raise RuntimeError("no clients here")
 
     source = AWSCredentialsSource(
-        clients=Lazy(refuse), tokens=cast(Any, None), service_accounts=cast(Any, None)
+        clients=Lazy(refuse),
+        tokens=refusing(oidc.TokenSource),
+        service_accounts=refusing(ServiceAccountTokens),
     )
     keys = "[default]\naws_access_key_id = AKIAEXAMPLE\naws_secret_access_key = s\n"
     secrets = {"aws": {"credentials": base64.b64encode(keys.encode()).decode()}}

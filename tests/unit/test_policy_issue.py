@@ -7,7 +7,8 @@ from typing import Any, cast
 
 import pytest
 
-from controllers.reconcilers import api, derived, echoes, indexes, secretviews
+from controllers.reconcilers import api, derived
+from controllers.reconcilers.cache import indexes, ownwrites, secretviews
 from controllers.reconcilers.credentialsources import CredentialSource, SourceContext
 from controllers.reconcilers.policy import issue
 from controllers.runtime import errors as api_errors
@@ -61,7 +62,7 @@ def issuer(
         caches=issue.Caches(
             policies, managed or Store(), reader or memapi.FullBodies(server), Store()
         ),
-        own_writes=echoes.OwnWrites(),
+        own_writes=ownwrites.OwnWrites(),
     )
 
 

@@ -20,7 +20,8 @@ from kubernetes.client import ApiClient, Configuration
 from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
-from controllers.reconcilers import api, derived, echoes, indexes, secretviews, spechash, tokens
+from controllers.reconcilers import api, derived, spechash, tokens
+from controllers.reconcilers.cache import indexes, ownwrites, secretviews
 from controllers.reconcilers.credentialsources import (
     ControllerIdentityNotAllowed,
     SecretNotFound,
@@ -47,6 +48,7 @@ from rotator.observe import NoObserver
 from rotator.providers.aws import identity as aws_identity
 from rotator.providers.aws import sts as aws_sts
 from tests.support import memapi
+from tests.support.refusing import refusing
 from tests.unit.test_policy_faults import ScriptedSource, session
 
 NS = "ns"
@@ -132,7 +134,7 @@ class World:
             sources=sources,
             recorder=self.events,
             metrics=CredentialMetrics(self.registry),
-            own_writes=echoes.OwnWrites(),
+            own_writes=ownwrites.OwnWrites(),
             clock=self.clock,
         )
         self.api.put(objects.SECRETS, {"metadata": {"name": ADMIN_SECRET, "namespace": NS}})
@@ -424,7 +426,7 @@ class CopyWorld:
             sources=sources,
             recorder=memapi.RecordedEvents(),
             metrics=CredentialMetrics(CollectorRegistry()),
-            own_writes=echoes.OwnWrites(),
+            own_writes=ownwrites.OwnWrites(),
             clock=clocks.FakeClock(NOW),
         )
         self.policy: dict[str, Any] = {
@@ -638,8 +640,8 @@ def test_a_minted_credential_not_due_reads_no_secret_after_a_restart() -> None:
     version. Checked with the real AWS source, OIDC exchange."""
     copy = CopyWorld()
     aws = AWSCredentialsSource(  # never asked to mint: no AWS clients, no token source
-        clients=cast(Any, None),
-        tokens=cast(Any, None),
+        clients=refusing("AWS clients"),
+        tokens=refusing(oidc.TokenSource),
         service_accounts=tokens.ServiceAccountTokens(copy.api, NoObserver()),
     )
     copy.reconciler._sources = {"AWSCredentials": aws}

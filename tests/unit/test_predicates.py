@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from controllers.reconcilers import echoes, predicates
+from controllers.reconcilers import predicates
+from controllers.reconcilers.cache import ownwrites
 from controllers.runtime.builder import Predicate
 
 
@@ -97,7 +98,7 @@ def test_any_of_passes_when_one_does_and_lists_what_each_compares() -> None:
 
 
 def test_not_own_write_skips_the_echo_once_and_nothing_else() -> None:
-    writes = echoes.OwnWrites()
+    writes = ownwrites.OwnWrites()
     written = {"metadata": {"name": "s", "namespace": "ns"}, "data": {"k": "dg=="}}
     writes.expect(written)
     not_echo = predicates.not_own_write(writes)

@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from controllers.reconcilers import api, echoes, routeconfig
+from controllers.reconcilers import api, routeconfig
+from controllers.reconcilers.cache import ownwrites
 from controllers.reconcilers.route import RouteReconciler
 from controllers.reconcilers.route.formats import own
 from controllers.runtime import errors as api_errors
@@ -39,7 +40,7 @@ def renders(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return calls
 
 
-def bring_back(world: World, own: echoes.OwnWrites) -> None:
+def bring_back(world: World, own: ownwrites.OwnWrites) -> None:
     """The written config Secret as the informer delivers it: through the managed view, its
     echo consumed."""
     world.api.sync()

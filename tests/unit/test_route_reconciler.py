@@ -12,7 +12,8 @@ from typing import Any, cast
 import pytest
 import yaml
 
-from controllers.reconcilers import api, derived, echoes, indexes, secretviews
+from controllers.reconcilers import api, derived
+from controllers.reconcilers.cache import indexes, ownwrites, secretviews
 from controllers.reconcilers.route import RouteReconciler, configsecret
 from controllers.runtime import clock as clocks
 from controllers.runtime import errors as api_errors
@@ -44,7 +45,7 @@ class World:
 
     def restart(self) -> None:
         """A new reconciler over the same caches and API: a process that just started."""
-        self.own_writes = echoes.OwnWrites()
+        self.own_writes = ownwrites.OwnWrites()
         self.reconciler = RouteReconciler(
             api_client=self.api,
             routes=self.routes,

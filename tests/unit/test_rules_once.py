@@ -11,8 +11,9 @@ from typing import Any, cast
 
 import pytest
 
-from controllers.reconcilers import api, derived, indexes
+from controllers.reconcilers import api, derived
 from controllers.reconcilers.backend import wiring as backend_wiring
+from controllers.reconcilers.cache import indexes
 from controllers.reconcilers.policy import decide
 from controllers.reconcilers.route import resolve, restarts
 from controllers.reconcilers.route.resolve import Chain, Standing, Unresolved

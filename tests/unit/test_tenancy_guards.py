@@ -14,7 +14,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from kubernetes.client import ApiClient, Configuration
 
-from controllers.reconcilers import api, echoes, secretviews, tokens
+from controllers.reconcilers import api, tokens
+from controllers.reconcilers.cache import ownwrites, secretviews
 from controllers.runtime import client as clients
 from controllers.runtime import errors, objects
 from controllers.runtime.cache import FullObjectReader
@@ -184,7 +185,7 @@ def test_a_cached_route_config_holds_exactly_the_data_it_was_written_with() -> N
 def test_a_route_configs_own_write_is_told_by_its_digest_and_an_edit_is_not() -> None:
     written = secret("rotator-route-r", owner("Route", "r"))
     desired = {"metadata": dict(written["metadata"]), "data": dict(written["data"])}
-    writes = echoes.OwnWrites()
+    writes = ownwrites.OwnWrites()
     writes.expect(desired)
     edited = secretviews.managed({**written, "data": {"k": "ZWRpdGVk"}})
     assert writes.not_echo(None, edited), "someone else's content reconciles"

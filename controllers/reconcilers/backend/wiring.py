@@ -12,9 +12,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from controllers.reconcilers import api, indexes, predicates
+from controllers.reconcilers import api, predicates
 from controllers.reconcilers.backend.reconciler import BackendReconciler
-from controllers.reconcilers.chaincache import ChainCache
+from controllers.reconcilers.cache import indexes
+from controllers.reconcilers.cache.chaincache import ChainCache
 from controllers.runtime import builder, objects
 from controllers.runtime import clock as clocks
 from controllers.runtime.builder import Wiring

@@ -1,5 +1,5 @@
 """Where credential providers plug into the policy reconciler: one :class:`CredentialSource` per
-policy ``type``, built in the composition root.
+policy ``type``, built once by ``controllers.reconcilers.setup``.
 
 (Credential sources, not the runtime's event sources of ``controllers.runtime.sources``.)
 A source names the Secrets a policy references (for the Secret → policy index and for

@@ -3,7 +3,7 @@ that calls that cloud is reconciled, not at start-up (issue 13: boto3, azure-ide
 cost ~10 MiB and ~0.2 s of CPU per start, which a cluster that uses another cloud, or API keys
 only, should not pay).
 
-The composition root (``controllers.reconcilers.setup``) makes one :class:`Lazy` per client —
+The chain's assembly (``controllers.reconcilers.setup``) makes one :class:`Lazy` per client —
 each credential source module says how to build its own (``lazy_*`` there) — and hands it to
 the source, which calls :meth:`Lazy.get` only where it is about to call the provider: never in
 ``secret_refs``, ``calls_provider`` and the other questions the index and the reconciler ask of

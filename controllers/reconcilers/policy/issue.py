@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 import structlog
 
-from controllers.reconcilers import api, derived, echoes, indexes
+from controllers.reconcilers import api, derived
+from controllers.reconcilers.cache import indexes, ownwrites
 from controllers.reconcilers.credentialsources import CredentialSource, SourceContext
 from controllers.reconcilers.policy.decide import source_names
 from controllers.runtime import apiclient, apply, objects
@@ -98,7 +99,7 @@ class Caches:
 
 class Issuer:
     def __init__(
-        self, *, api_client: apiclient.ApiClient, caches: Caches, own_writes: echoes.OwnWrites
+        self, *, api_client: apiclient.ApiClient, caches: Caches, own_writes: ownwrites.OwnWrites
     ) -> None:
         self._api = api_client
         self._policies = caches.policies

@@ -10,7 +10,8 @@ from typing import cast
 
 import structlog
 
-from controllers.reconcilers import api, derived, echoes
+from controllers.reconcilers import api, derived
+from controllers.reconcilers.cache import ownwrites
 from controllers.reconcilers.credentialsources import (
     ControllerIdentityNotAllowed,
     CredentialSource,
@@ -45,7 +46,7 @@ class PolicyReconciler:
         sources: Mapping[str, CredentialSource],
         recorder: eventsink.EventSink,
         metrics: CredentialMetrics,
-        own_writes: echoes.OwnWrites,
+        own_writes: ownwrites.OwnWrites,
         clock: clocks.Clock,
         controller_identity_namespaces: Collection[str] = frozenset(),
     ) -> None:

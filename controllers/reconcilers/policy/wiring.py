@@ -6,8 +6,8 @@
 * any event of a Secret it references (the metadata informer): a copied credential is copied
   again, a minted one reads it at its next mint;
 * its derived Secret edited or deleted by anyone else — its own write's echo is skipped
-  (:mod:`controllers.reconcilers.echoes`; this module owns the
-  :class:`~controllers.reconcilers.echoes.OwnWrites` the reconciler records its writes in and
+  (:mod:`controllers.reconcilers.cache.ownwrites`; this module owns the
+  :class:`~controllers.reconcilers.ownwrites.OwnWrites` the reconciler records its writes in and
   the source skips them by).
 
 The reconciler tells no other controller anything: backends and routes watch the policy
@@ -19,8 +19,9 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from controllers.reconcilers import crviews, echoes, indexes, predicates
-from controllers.reconcilers.chaincache import ChainCache
+from controllers.reconcilers import predicates
+from controllers.reconcilers.cache import crviews, indexes, ownwrites
+from controllers.reconcilers.cache.chaincache import ChainCache
 from controllers.reconcilers.credentialsources import CredentialSource
 from controllers.reconcilers.metrics import CredentialMetrics
 from controllers.reconcilers.policy.reconciler import PolicyReconciler
@@ -43,7 +44,7 @@ def setup_with_manager(
     controller_identity_namespaces: Collection[str],
     clock: clocks.Clock,
 ) -> Wiring:
-    writes = echoes.OwnWrites()
+    writes = ownwrites.OwnWrites()
     reconciler = PolicyReconciler(
         api_client=mgr.api,
         policies=chain.policies.store,

@@ -22,7 +22,8 @@ from typing import Any
 
 import structlog
 
-from controllers.reconcilers import api, conditions, echoes, secretviews
+from controllers.reconcilers import api, conditions
+from controllers.reconcilers.cache import ownwrites, secretviews
 from controllers.reconcilers.conditions import false, true
 from controllers.reconcilers.derived import owner_reference
 from controllers.reconcilers.route.formats import base
@@ -54,7 +55,7 @@ class ConfigSecrets:
         *,
         api_client: apiclient.ApiClient,
         managed_secrets: Store,
-        own_writes: echoes.OwnWrites,
+        own_writes: ownwrites.OwnWrites,
     ) -> None:
         self._api = api_client
         self._managed = managed_secrets
@@ -77,7 +78,7 @@ class ConfigSecret:
         key: objects.ObjectKey,
         actual: Mapping[str, Any] | None,
         api_client: apiclient.ApiClient,
-        own_writes: echoes.OwnWrites,
+        own_writes: ownwrites.OwnWrites,
     ) -> None:
         self._route = route
         self._key = key

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 from typing import cast
 
-from controllers.reconcilers import api, conditions, echoes, indexes, status
+from controllers.reconcilers import api, conditions, status
+from controllers.reconcilers.cache import indexes, ownwrites
 from controllers.reconcilers.route import configsecret, formats, report, resolve
 from controllers.reconcilers.route.restarts import RolloutRestarts
 from controllers.runtime import apiclient, eventsink, objects
@@ -42,7 +43,7 @@ class RouteReconciler:
         policies: Store,
         managed_secrets: Store,
         recorder: eventsink.EventSink,
-        own_writes: echoes.OwnWrites,
+        own_writes: ownwrites.OwnWrites,
         clock: clocks.Clock,
         restarts: RolloutRestarts | None = None,
     ) -> None:

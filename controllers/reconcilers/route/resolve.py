@@ -25,7 +25,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
-from controllers.reconcilers import api, conditions, derived, indexes
+from controllers.reconcilers import api, conditions, derived
+from controllers.reconcilers.cache import indexes
 from controllers.reconcilers.route.formats import base
 from controllers.runtime import clock as clocks
 from controllers.runtime import objects

@@ -2,8 +2,8 @@
 
 * its spec (generation) — not its status, which only the reconcile itself writes;
 * its config Secret edited or deleted by anyone else — its own write's echo is skipped
-  (:mod:`controllers.reconcilers.echoes`; this module owns the
-  :class:`~controllers.reconcilers.echoes.OwnWrites`);
+  (:mod:`controllers.reconcilers.cache.ownwrites`; this module owns the
+  :class:`~controllers.reconcilers.ownwrites.OwnWrites`);
 * a backend it references whose spec or ``ResolvedRefs`` (status or reason) changed: a change
   of resolution is a second word that the backend's policy appeared, went or changed
   readiness, and costs a route reconcile only when resolution changes;
@@ -22,8 +22,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from controllers.reconcilers import api, echoes, indexes, predicates
-from controllers.reconcilers.chaincache import ChainCache
+from controllers.reconcilers import api, predicates
+from controllers.reconcilers.cache import indexes, ownwrites
+from controllers.reconcilers.cache.chaincache import ChainCache
 from controllers.reconcilers.route.reconciler import RouteReconciler
 from controllers.runtime import builder, objects
 from controllers.runtime import clock as clocks
@@ -36,7 +37,7 @@ from controllers.runtime.reconcile import Request
 def setup_with_manager(
     mgr: Manager, chain: ChainCache, *, workers: int, clock: clocks.Clock
 ) -> Wiring:
-    writes = echoes.OwnWrites()
+    writes = ownwrites.OwnWrites()
     reconciler = RouteReconciler(
         api_client=mgr.api,
         routes=chain.routes.store,

@@ -1,6 +1,6 @@
 """What the BackendSecurityPolicy, ServiceBackend and Route caches keep of each object: only what
 a reconciler, an event mapper or an index reads (informer transforms, as
-``controllers/reconcilers/secretviews.py`` does for Secrets).
+``controllers/reconcilers/cache/secretviews.py`` does for Secrets).
 
 The runtime already drops ``metadata.managedFields`` and kubectl's last-applied annotation from
 every cached object (``controllers.runtime.informer.strip_never_read``); these views keep, of the

@@ -17,7 +17,8 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
-from controllers.reconcilers import api, secretviews
+from controllers.reconcilers import api
+from controllers.reconcilers.cache import secretviews
 from controllers.runtime import apiclient, apply, objects
 from controllers.runtime.objects import Body
 

@@ -1,7 +1,8 @@
 """The chain's informers, one per view of the cluster, and the indexes the wiring looks up.
 
-Made once in the composition root (``setup``) and shared by every controller's wiring: two
-controllers watching one kind share its informer, and each object is cached once per view.
+Made once by ``setup`` (for the composition root, ``controllers.cli``) and shared by every
+controller's wiring: two controllers watching one kind share its informer, and each object is
+cached once per view.
 What each view keeps is docs/design.md §3 (``secretviews``, ``crviews``).
 """
 
@@ -10,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from controllers.reconcilers import api, crviews, indexes, secretviews
+from controllers.reconcilers import api
+from controllers.reconcilers.cache import crviews, indexes, secretviews
 from controllers.reconcilers.credentialsources import CredentialSource
 from controllers.runtime import objects
 from controllers.runtime.cache import Cache
