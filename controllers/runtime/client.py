@@ -210,11 +210,17 @@ class Client:
         resource_version: str | None = None,
         metadata_only: bool = False,
         max_bytes: int | None = None,
+        shard_selector: str | None = None,
     ) -> Body:
         """One page of at most ``limit`` objects, read up to ``max_bytes`` (at most, and by
         default, the limits' ``list_page_bytes``): a caller that knows its page size and view
-        bounds the page by what it can legitimately hold (:class:`BodyTooLarge` past it)."""
+        bounds the page by what it can legitimately hold (:class:`BodyTooLarge` past it).
+        ``shard_selector``: only the objects of those hash ranges (controllers/runtime/
+        sharding.py), where the server has the ``ShardedListAndWatch`` gate; it then says so in
+        the list's ``metadata.shardInfo``, and a server without the gate returns everything."""
         query = _selectors(label_selector, field_selector)
+        if shard_selector:
+            query.append(("shardSelector", shard_selector))
         if limit:
             query.append(("limit", str(limit)))
         if continue_token:
@@ -238,10 +244,14 @@ class Client:
         label_selector: str | None = None,
         field_selector: str | None = None,
         metadata_only: bool = False,
+        shard_selector: str | None = None,
     ) -> WatchStream:
         """Starts a watch from ``resource_version`` with bookmarks; the server ends it after
-        ``timeout_seconds``, and the client gives up on a connection silent for longer."""
+        ``timeout_seconds``, and the client gives up on a connection silent for longer.
+        ``shard_selector`` as for :meth:`list`."""
         query = _selectors(label_selector, field_selector)
+        if shard_selector:
+            query.append(("shardSelector", shard_selector))
         query += [
             ("watch", "true"),
             ("allowWatchBookmarks", "true"),

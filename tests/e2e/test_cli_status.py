@@ -13,14 +13,13 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
 import yaml
 
 from controllers.reconcilers import api as rapi
 from rotator_devkit.controlplane.cluster import LocalControlPlane
 from rotator_devkit.devenv.standins.oidc import OIDCIssuer
 from tests.e2e.test_aws import CLIENT_SECRET, oidc_source, sa_source
-from tests.support import leaks
+from tests.support import leaks, required
 from tests.support.chain import AWSChain
 from tests.support.polling import wait_for
 
@@ -123,7 +122,7 @@ def test_renew_wait_returns_once_the_new_credential_is_served(
     if not os.access(kubectl, os.X_OK):
         kubectl = Path(shutil.which("kubectl") or "/nonexistent")
     if not os.access(kubectl, os.X_OK):
-        pytest.skip("no kubectl beside the control-plane binaries or on PATH")
+        required.missing("no kubectl beside the control-plane binaries or on PATH")
     plugin = plugin_on_path(tmp_path / "bin")
     kubeconfig = kubeconfig_in_namespace(control_plane.kubeconfig, chain.ns, tmp_path / "kc")
     env = {

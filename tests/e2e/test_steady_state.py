@@ -61,10 +61,12 @@ def test_restart_converges_and_writes_nothing_for_correct_objects(
     wait_for(controller.idle, what="settled after restart")
 
     def written() -> set[tuple[str, str]]:
+        """Every write but an Event's, and for an Event (named ``<object>.<hex>``, an Event
+        series being patched under its name) the object it is about."""
         return {
-            (w.resource, w.name)
+            ("events", w.name.rsplit(".", 1)[0]) if w.resource == "events" else (w.resource, w.name)
             for w in audit_log.writes_since(mark)
-            if w.namespace == chain.ns and w.resource != "events"
+            if w.namespace == chain.ns
         }
 
     # Positive control: the log holds the writes the change made while down needed, so an empty
@@ -74,6 +76,10 @@ def test_restart_converges_and_writes_nothing_for_correct_objects(
     changed_chain = {
         *new_key,  # the new key, derived and inline in the route config
         ("backendsecuritypolicies", "p0"),  # lastRotationTime
+        # the Event of the rotation the change caused (CredentialsRotated), and no other
+        # (break: an Event for every object a restart finds correct, which excluding Events
+        # altogether passed)
+        ("events", "p0"),
     }
     assert written() <= changed_chain, (
         f"writes for objects that were already correct: {written() - changed_chain}"
@@ -159,7 +165,8 @@ def status_writes(audit_log: AuditLog, mark: int, namespace: str, name: str) -> 
     """The backend's status writes the API server accepted. A write it refused with 409 Conflict
     stored nothing: the reconcile read a cache that had not yet seen its own first write (woken
     again by its policy's status right after a first run that already found the policy Ready),
-    and its retry finds nothing to write. Any other refusal fails the test."""
+    and its retry finds nothing to write; one per object, since the retry reads a cache that has
+    seen the write. Any other refusal, or a second 409, fails the test."""
     codes = [
         w.code
         for w in audit_log.writes_since(mark)
@@ -167,6 +174,9 @@ def status_writes(audit_log: AuditLog, mark: int, namespace: str, name: str) -> 
         == ("servicebackends", "status", namespace, name)
     ]
     assert all(code < 300 or code == 409 for code in codes), codes
+    # one such race per object at most: a reconcile refused again and again is a hot loop
+    # (break: a backend reconcile that always writes from a stale cache)
+    assert codes.count(409) <= 1, codes
     return sum(1 for code in codes if code < 300)
 
 
@@ -296,6 +306,12 @@ def test_a_route_config_edited_while_down_is_repaired_on_start(
     controller.start()
     wait_for(lambda: chain.route_config("r0") == original[0], what="r0's configuration repaired")
     wait_for(lambda: chain.config_hash("r1") == hashes[1], what="r1's config-hash repaired")
+    # r2 was looked at by this run, so "left alone" is a decision, not a reconcile that has not
+    # come yet (break: a restart that never reconciles r2 passed the checks below)
+    wait_for(
+        lambda: "r2" in reconciled_this_run(controller, chain.ns, "route"),
+        what="r2 reconciled after the restart",
+    )
     wait_for(controller.idle, what="settled after restart")
     assert chain.route_config("r2") == original[2]
     rewritten = {w.name for w in audit_log.writes_since(mark) if w.resource == "secrets"}

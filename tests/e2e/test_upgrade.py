@@ -53,7 +53,7 @@ from rotator_devkit.controlplane.cluster import (
 from rotator_devkit.devenv import manifests
 from rotator_devkit.devenv.standins.sts import ASSUME, STSProxy
 from tests.e2e.conftest import ROLE_ARN
-from tests.support import audit, leaks
+from tests.support import audit, leaks, required
 from tests.support.chain import AWSChain
 from tests.support.controller import (
     ControllerProcess,
@@ -103,7 +103,9 @@ def old_worktree(commit: str, parent: Path) -> Path:
         ["git", "-C", str(REPO), "cat-file", "-e", f"{commit}^{{commit}}"], check=False
     )
     if found.returncode != 0:
-        pytest.skip(f"commit {commit} is not in this clone (shallow?): no earlier version to run")
+        required.missing(
+            f"commit {commit} is not in this clone (shallow?): no earlier version to run"
+        )
     path = parent / f"rotator-{commit[:12]}"
     subprocess.run(
         ["git", "-C", str(REPO), "worktree", "add", "--detach", str(path), commit],
@@ -401,7 +403,11 @@ def test_an_upgrade_mints_nothing_and_rewrites_nothing(upgrade: Upgrade) -> None
 def test_an_untrusted_spec_hash_is_minted_again_once_and_said_so(upgrade: Upgrade) -> None:
     """The form rotator before 0d4801b recorded for every AWS policy (``{"block": null}``
     hashed) cannot say what a credential was minted for: found on start, one new session, a
-    log line and an Event saying why; the others are left alone."""
+    log line and an Event saying why; the others are left alone: one AssumeRole in all, and the
+    audit log shows no derived-Secret write but sts0's.
+
+    Deliberate break that fails it (and passed the former check of sts0 and sts1 alone): every
+    AWS policy minted again on start, or any other derived Secret rewritten."""
     chain, api, controller = upgrade.chain, upgrade.api, upgrade.controller
     controller.stop()
     # what 1f52da0 recorded for every AWS policy: its block name was "aWSCredentials"
@@ -415,6 +421,8 @@ def test_an_untrusted_spec_hash_is_minted_again_once_and_said_so(upgrade: Upgrad
     )
     before = {p: len(upgrade.sts.calls_of(ASSUME, session=_session(chain, p))) for p in
               ("sts0", "sts1")}  # fmt: skip
+    assumed = len(upgrade.sts.calls_of(ASSUME))
+    mark = upgrade.audit_log.mark()
     controller.start()
     wait_for(
         lambda: "UntrustedSpecHash" in chain.event_reasons("sts0"),
@@ -427,6 +435,14 @@ def test_an_untrusted_spec_hash_is_minted_again_once_and_said_so(upgrade: Upgrad
     wait_for(controller.idle, timeout=SLOW, what="idle")
     after = {p: len(upgrade.sts.calls_of(ASSUME, session=_session(chain, p))) for p in before}
     assert after == {"sts0": before["sts0"] + 1, "sts1": before["sts1"]}
+    assert len(upgrade.sts.calls_of(ASSUME)) == assumed + 1, "one AssumeRole in all"
+    derived = {
+        w.name
+        for w in upgrade.audit_log.writes_since(mark)
+        if (w.resource, w.namespace) == ("secrets", chain.ns)
+        and w.name.startswith(rapi.derived_secret_name(""))
+    }
+    assert derived == {rapi.derived_secret_name("sts0")}, "no other derived Secret written"
     hashes = spec_hashes(api, chain.ns)
     assert hashes[rapi.derived_secret_name("sts0")] not in (untrusted, None)
     log = (controller.workdir / f"controller-{controller.runs}.log").read_text()

@@ -7,12 +7,17 @@ The derived Secret says all of it: ``rotator.dev/issued-at`` and ``rotator.dev/e
 of every version. A renewal is due no earlier than the schedule's earliest jittered time
 (:func:`earliest_due`): a new credential issued sooner after the one it replaced was minted
 again, not renewed.
+
+A relist (the recorder's watch broke, tests/kind/watching.py) may hide versions: a ``RELISTED``
+entry whose resourceVersion differs from the one seen before it stands for every write missed
+in between, so it counts as a write (:func:`written`) — an unchanged rewrite or a re-mint cannot
+hide behind a broken watch.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from controllers.reconcilers import api as rapi
@@ -24,6 +29,14 @@ POLICY_LABEL = "rotator.dev/policy"
 ROUTE_LABEL = "rotator.dev/route"
 TOLERANCE = 2.0
 """Seconds of slack on "due": issued-at and expiration-time are whole seconds."""
+
+
+def written(type_: str, version: str, previous: str) -> bool:
+    """Whether an entry recorded a write of an object seen at ``previous`` just before: a
+    ``MODIFIED`` event, or a ``RELISTED`` one at another resourceVersion (at least one write
+    happened while the watch was broken; the relist shows only the last). The same version
+    again is no write."""
+    return type_ in ("MODIFIED", "RELISTED") and version != previous
 
 
 def earliest_due(issued_at: float, expires_at: float) -> float:
@@ -130,10 +143,10 @@ class Credentials:
         found = []
         for secret, versions in self.versions.items():
             for before, after in itertools.pairwise(versions):
-                if after.type != "MODIFIED" or after.seen_at < since:
+                if after.seen_at < since:
                     continue
-                if after.resource_version == before.resource_version:
-                    continue  # the same version again (a relist)
+                if not written(after.type, after.resource_version, before.resource_version):
+                    continue
                 same = (before.credential_hash, before.issued_at, before.expires_at) == (
                     after.credential_hash,
                     after.issued_at,
@@ -144,11 +157,13 @@ class Credentials:
         return found
 
     def writes(self, *, since: float = 0.0) -> int:
+        """Writes seen after ``since`` (:func:`written`: a relist at a new version counts)."""
         return sum(
             1
             for versions in self.versions.values()
-            for v in versions
-            if v.type == "MODIFIED" and v.seen_at >= since
+            for before, after in itertools.pairwise(versions)
+            if after.seen_at >= since
+            and written(after.type, after.resource_version, before.resource_version)
         )
 
     def expired_seconds(self, *, since: float, until: float) -> dict[str, float]:
@@ -190,21 +205,25 @@ class RouteConfigs:
             digest = (md.get("annotations") or {}).get(rapi.CONFIG_HASH_ANNOTATION, "")
             self.versions.setdefault(seen.name, []).append((seen, digest))
 
+    def _writes(self, since: float) -> Iterator[tuple[str, Seen, bool]]:
+        """(Secret, the entry, whether its config-hash changed) of each write after ``since``
+        (:func:`written`: a relist at a new version counts)."""
+        for secret, versions in self.versions.items():
+            for (before, digest_before), (after, digest_after) in itertools.pairwise(versions):
+                if after.at >= since and written(after.type, after.version, before.version):
+                    yield secret, after, digest_after != digest_before
+
     def writes(self, *, since: float = 0.0) -> int:
-        return sum(
-            1
-            for versions in self.versions.values()
-            for seen, _ in versions
-            if seen.type == "MODIFIED" and seen.at >= since
-        )
+        return sum(1 for _ in self._writes(since))
 
     def unchanged_rewrites(self, *, since: float = 0.0) -> list[str]:
         """Writes that left ``config.yaml`` as it was (the same config-hash)."""
-        found = []
-        for secret, versions in self.versions.items():
-            for (before, digest_before), (after, digest_after) in itertools.pairwise(versions):
-                if after.type != "MODIFIED" or after.at < since:
-                    continue
-                if after.version != before.version and digest_after == digest_before:
-                    found.append(f"{secret}@{after.version}")
-        return found
+        return [
+            f"{secret}@{after.version}"
+            for secret, after, changed in self._writes(since)
+            if not changed
+        ]
+
+    def changed(self, *, since: float = 0.0) -> set[str]:
+        """The Secrets written with a new ``config.yaml`` (config-hash) after ``since``."""
+        return {secret for secret, _, changed in self._writes(since) if changed}

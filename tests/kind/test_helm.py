@@ -65,7 +65,7 @@ from tests.kind.helmrelease import (
 from tests.kind.history import POLICY_LABEL, ROUTE_LABEL, Credentials, RouteConfigs
 from tests.kind.standins import StandIns
 from tests.kind.watching import Recorder
-from tests.support import leaks
+from tests.support import leaks, required
 from tests.support.polling import wait_for
 
 NAMESPACE = install.NAMESPACE
@@ -396,7 +396,7 @@ def test_helm_upgrade_from_image_a_mints_nothing_again_and_rewrites_no_route_con
     figure: Any,
 ) -> None:
     if image_upgraded is None:
-        pytest.skip("no image A: ROTATOR_KIND_IMAGE_A is not set")
+        required.missing("no image A: ROTATOR_KIND_IMAGE_A is not set")
     report(
         figure,
         "helm_upgrade_image",

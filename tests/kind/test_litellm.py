@@ -52,19 +52,21 @@ key = open(sys.argv[5]).read().strip()
 lock, results, workers = threading.Lock(), [], []
 def one(model):
     started = time.time()
-    body = json.dumps({"model": model, "messages": [{"role": "user", "content": "hi"}]})
-    request = urllib.request.Request(url, data=body.encode(), headers={
-        "Authorization": "Bearer " + key, "Content-Type": "application/json"})
+    status, text = 0, "no outcome"
     try:
+        body = json.dumps({"model": model, "messages": [{"role": "user", "content": "hi"}]})
+        request = urllib.request.Request(url, data=body.encode(), headers={
+            "Authorization": "Bearer " + key, "Content-Type": "application/json"})
         with urllib.request.urlopen(request, timeout=30) as answer:
             answer.read()
             status, text = answer.status, ""
     except urllib.error.HTTPError as exc:
         status, text = exc.code, exc.read()[:300].decode(errors="replace")
-    except Exception as exc:
+    except BaseException as exc:
         status, text = 0, f"{type(exc).__name__}: {str(exc)[:200]}"
-    with lock:
-        results.append([model, started, status, text])
+    finally:
+        with lock:
+            results.append([model, started, status, text])
 print("started", flush=True)
 n, end = 0, time.monotonic() + longest
 while time.monotonic() < end and not os.path.exists("/tmp/stop"):
@@ -75,12 +77,15 @@ while time.monotonic() < end and not os.path.exists("/tmp/stop"):
     time.sleep(1 / rate)
 for worker in workers:
     worker.join(60)
-print(json.dumps(results), flush=True)
+with lock:
+    print(json.dumps({"started": n, "results": results}), flush=True)
 """
 """The load Pod's command: ``rate`` requests a second through the proxy's Service, over
 ``models`` in turn, with the master key read from a mounted Secret (never on a command line),
-until ``/tmp/stop`` exists or ``longest`` seconds have passed; then every request's ``[model,
-start, status, error text]`` as one JSON line of its log. A Pod of its own, not a long
+until ``/tmp/stop`` exists or ``longest`` seconds have passed; then how many requests it started
+and every finished request's ``[model, start, status, error text]`` as one JSON line of its log.
+Whatever a request raises is its outcome (status 0): a request that records nothing, or is still
+running after the join, is missing from the results, which the test counts. A Pod of its own, not a long
 ``kubectl exec``: an exec stream through the API server can drop (its websocket ping timed out
 on a busy node) and take the results with it."""
 
@@ -163,6 +168,10 @@ class Load:
         )
         self.results: list[tuple[str, float, int]] = []
         self.failures: list[tuple[str, int, str]] = []
+        self.started = 0
+        self.log = ""
+        """The load Pod's log, once stopped."""
+        """Requests the load Pod started: every one must be among :attr:`results`."""
 
     def _log(self) -> str:
         done = self.cluster.kubectl("logs", "-n", self.namespace, LOAD_POD, check=False)
@@ -178,9 +187,12 @@ class Load:
             return phase if phase in ("Succeeded", "Failed") else None
 
         phase = wait_for(ended, timeout=120, interval=0.5, what="the load Pod ended")
-        lines = self._log().strip().splitlines()
+        self.log = self._log()
+        lines = self.log.strip().splitlines()
         assert phase == "Succeeded", lines[-20:]
-        for model, started, status, text in json.loads(lines[-1]):
+        outcome = json.loads(lines[-1])
+        self.started = int(outcome["started"])
+        for model, started, status, text in outcome["results"]:
             self.results.append((model, started, status))
             if status != 200:
                 self.failures.append((model, status, text))
@@ -205,6 +217,26 @@ def proxies(cluster: Cluster, namespace: str) -> list[dict[str, Any]]:
 
 def pod_hash(pod: dict[str, Any]) -> str:
     return str((pod["metadata"].get("annotations") or {}).get(gl.ANNOTATION, ""))
+
+
+def written_by_the_gateway_and_controller(
+    cluster: Cluster, namespace: str, load: Load
+) -> dict[str, str]:
+    """Where a credential must not show, by place: the namespace's Events, the statuses of its
+    rotator objects, the logs of the proxy Pods still there, and the load's log (the gateway's
+    answers, errors included)."""
+    places = {
+        "events": json.dumps(cluster.items(objects.EVENTS, namespace=namespace)),
+        "load log": load.log,
+    }
+    for kind, resource in KINDS.items():
+        items = cluster.items(resource, namespace=namespace)
+        places[f"{kind} status"] = json.dumps([i.get("status") for i in items])
+    for pod in proxies(cluster, namespace):
+        name = pod["metadata"]["name"]
+        done = cluster.kubectl("logs", "-n", namespace, name, "--all-containers", check=False)
+        places[f"proxy {name} log"] = done.stdout + done.stderr
+    return places
 
 
 @pytest.fixture
@@ -308,8 +340,14 @@ def test_litellm_deployment_serves_every_credential_type_across_rotations_with_n
     )
     printed = gl.report(title, load.results, load.failures, rotations, received)
     print(printed)
+    # what the gateway and the controller wrote where a user looks: the namespace's Events, the
+    # rotator objects' statuses, the proxy Pods' logs and what the gateway answered the load
+    # (the controller's logs: every container's, scanned at the session's end, conftest.py)
     scanner = leaks.Scanner({"the stand-ins": standins.issued(), "the test": TEST_KEYS})
-    assert scanner.leaks({"test output": printed + repr(load.failures)}) == []
+    assert scanner.leaks(written_by_the_gateway_and_controller(cluster, ns, load)) == []
+    assert len(load.results) == load.started > 0, (
+        f"{load.started} requests started, {len(load.results)} with an outcome"
+    )
     assert load.failures == [], Counter((m, st, b[:160]) for m, st, b in load.failures)
     gl.check_upstreams(received)
     assert retired, "the old API key was never retired"

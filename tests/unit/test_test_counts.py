@@ -1,0 +1,99 @@
+"""The counts the kind suite's "nothing minted again, nothing rewritten" claims rest on
+(tests/kind/history.py), and the rule that turns a broken setup's skip into a failure
+(tests/support/required.py): pure logic, checked here so that a blind spot shows without a
+cluster. Each test names the deliberate break it fails on."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from controllers.reconcilers import api as rapi
+from tests.kind.history import POLICY_LABEL, ROUTE_LABEL, Credentials, RouteConfigs, written
+from tests.kind.watching import Seen
+from tests.support import required
+
+
+def derived(version: str, credential: str, issued: str = "2026-01-01T00:00:00Z") -> dict[str, Any]:
+    annotations = {
+        rapi.ISSUED_AT_ANNOTATION: issued,
+        rapi.EXPIRATION_ANNOTATION: "2026-01-01T01:00:00Z",
+        rapi.CREDENTIAL_HASH_ANNOTATION: credential,
+    }
+    return {
+        "metadata": {
+            "name": "rotator-bsp-p",
+            "resourceVersion": version,
+            "labels": {POLICY_LABEL: "p"},
+            "annotations": annotations,
+        }
+    }
+
+
+def config(version: str, digest: str) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": "rotator-route-r",
+            "resourceVersion": version,
+            "labels": {ROUTE_LABEL: "r"},
+            "annotations": {rapi.CONFIG_HASH_ANNOTATION: digest},
+        }
+    }
+
+
+def test_a_relist_at_a_new_version_is_a_write_and_at_the_same_version_is_not() -> None:
+    """Break: ``written`` counting only MODIFIED (the relist's hidden write is lost)."""
+    assert written("MODIFIED", "5", "4")
+    assert written("RELISTED", "9", "4")
+    assert not written("RELISTED", "4", "4")
+    assert not written("MODIFIED", "4", "4")
+    assert not written("ADDED", "4", "1")
+    assert not written("DELETED", "9", "4")
+
+
+def test_an_unchanged_rewrite_hidden_behind_a_relist_is_counted() -> None:
+    """Break: ``Credentials.unchanged_rewrites`` skipping RELISTED entries (it did): the watch
+    broke, the Secret was rewritten with the same credential, the relist shows version 7."""
+    events = [
+        Seen(1.0, "ADDED", derived("3", "h1")),
+        Seen(2.0, "RELISTED", derived("3", "h1")),  # nothing happened meanwhile
+        Seen(3.0, "RELISTED", derived("7", "h1")),  # a rewrite happened meanwhile
+    ]
+    history = Credentials(events)
+    assert history.unchanged_rewrites() == ["rotator-bsp-p@7"]
+    assert history.writes() == 1
+
+
+def test_a_route_config_rewritten_unchanged_behind_a_relist_is_counted() -> None:
+    """Break: ``RouteConfigs`` counting only MODIFIED entries."""
+    events = [
+        Seen(1.0, "ADDED", config("3", "a")),
+        Seen(2.0, "RELISTED", config("8", "a")),
+        Seen(3.0, "MODIFIED", config("9", "b")),
+        Seen(4.0, "RELISTED", config("9", "b")),
+    ]
+    configs = RouteConfigs(events)
+    assert configs.unchanged_rewrites() == ["rotator-route-r@8"]
+    assert configs.writes() == 2
+    assert configs.changed() == {"rotator-route-r"}
+    assert configs.changed(since=3.5) == set(), "no write with a new config-hash after 3.5"
+
+
+def test_changed_names_only_route_configs_written_with_a_new_config_hash() -> None:
+    """Break: ``RouteConfigs.changed`` counting any write (an unchanged rewrite would then pass
+    for B's renewal of the route config)."""
+    events = [Seen(1.0, "ADDED", config("3", "a")), Seen(2.0, "MODIFIED", config("4", "a"))]
+    assert RouteConfigs(events).changed() == set()
+
+
+def test_a_missing_part_skips_by_hand_and_fails_where_the_setup_is_complete(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Break: ``required.missing`` skipping whatever the environment says."""
+    monkeypatch.delenv(required.COMPLETE, raising=False)
+    with pytest.raises(pytest.skip.Exception, match="no image A"):
+        required.missing("no image A")
+    monkeypatch.setenv(required.COMPLETE, "1")
+    with pytest.raises(pytest.fail.Exception, match="no image A"):
+        required.missing("no image A")
