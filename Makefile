@@ -53,8 +53,12 @@ testenv:
 ## Most of the suite waits on 60 s credential lifetimes, not on the CPU: three workers on two cores
 ## finish sooner than two, and the tests' bounds come from the schedule, not the machine's speed.
 PYTEST_WORKERS ?= 3
+## promtool (hack/promtool.sh, for tests/unit/test_alerts.py) is built before pytest, like the
+## control plane, so that no test worker builds Go beside the timed tests (minutes, first time only)
 test: lint
-	@assets=$$(hack/testenv.sh | tail -n 1) && KUBEBUILDER_ASSETS="$$assets" ROTATOR_TESTS_COMPLETE=1 $(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile
+	@promtool=$$(hack/promtool.sh | tail -n 1) && assets=$$(hack/testenv.sh | tail -n 1) && \
+		PROMTOOL="$$promtool" KUBEBUILDER_ASSETS="$$assets" ROTATOR_TESTS_COMPLETE=1 \
+		$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile
 	@if command -v buildah >/dev/null && command -v mmdebstrap >/dev/null; then hack/image.sh; \
 	else echo "make test: buildah or mmdebstrap not installed, image not built (make image)"; fi
 
