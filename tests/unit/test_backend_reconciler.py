@@ -17,11 +17,11 @@ import pytest
 from controllers.reconcilers import api
 from controllers.reconcilers import backend as backend_mod
 from controllers.reconcilers.backend import BackendReconciler
-from controllers.reconcilers.cache import indexes
+from controllers.reconcilers.cache import chaincache
 from controllers.runtime import clock as clocks
 from controllers.runtime.reconcile import Request
 from controllers.runtime.store import Store
-from tests.support import memapi
+from tests.support import gen, memapi
 
 NS = "ns"
 NOW = 1_700_000_000.0
@@ -33,7 +33,7 @@ class World:
         self.api = memapi.MemAPI()
         self.recorder = memapi.RecordedEvents()
         self.backends, self.policies = Store(), Store()
-        self.policies.add_index(indexes.POLICY_BY_BACKEND, indexes.policy_backends)
+        chaincache.index(policies=self.policies)
         self.api.feed(api.BACKENDS, self.backends)
         self.api.feed(api.POLICIES, self.policies)
         self.clock = clocks.FakeClock(NOW)
@@ -57,14 +57,11 @@ class World:
 
     def policy(self, name: str, ready: dict[str, Any] | None, **metadata: Any) -> None:
         """A policy targeting backend ``b``, with ``ready`` as its Ready condition."""
-        self.api.put(
-            api.POLICIES,
-            {
-                "metadata": {"name": name, "namespace": NS, **metadata},
-                "spec": {"type": "APIKey", "targetRefs": [{"name": "b"}]},
-                "status": {"conditions": [ready] if ready else []},
-            },
+        conditions = gen.conditions(*([ready] if ready else []))
+        body = gen.policy(
+            name, gen.targets("b"), gen.metadata(**metadata), conditions, namespace=NS
         )
+        self.api.put(api.POLICIES, body)
 
     def reconcile(self) -> None:
         self.reconciler.reconcile(Request(NS, "b"))

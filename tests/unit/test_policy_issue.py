@@ -8,7 +8,7 @@ from typing import Any, cast
 import pytest
 
 from controllers.reconcilers import api, derived
-from controllers.reconcilers.cache import indexes, ownwrites, secretviews
+from controllers.reconcilers.cache import chaincache, ownwrites, secretviews
 from controllers.reconcilers.credentialsources import CredentialSource, SourceContext
 from controllers.reconcilers.policy import issue
 from controllers.runtime import errors as api_errors
@@ -55,7 +55,7 @@ def issuer(
     """An issuer over the in-memory API server ``server`` (a new one by default)."""
     server = server or memapi.MemAPI()
     policies = Store()
-    policies.add_index(indexes.POLICY_BY_SECRET, indexes.policy_secrets({"APIKey": Source()}))
+    chaincache.index(policies=policies, by_type={"APIKey": Source()})
     policies.upsert(cast(dict[str, Any], POLICY))
     return issue.Issuer(
         api_client=server,

@@ -21,7 +21,7 @@ from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
 from controllers.reconcilers import api, derived, spechash, tokens
-from controllers.reconcilers.cache import indexes, ownwrites, secretviews
+from controllers.reconcilers.cache import chaincache, ownwrites, secretviews
 from controllers.reconcilers.credentialsources import (
     ControllerIdentityNotAllowed,
     SecretNotFound,
@@ -123,8 +123,7 @@ class World:
         self.api.feed(api.POLICIES, self.policies)
         self.api.feed(objects.SECRETS, self.managed, view=secretviews.managed)
         sources = {"AWSCredentials": self.source}
-        self.policies.add_index(indexes.POLICY_BY_SECRET, indexes.policy_secrets(sources))
-        self.policies.add_index(indexes.POLICY_BY_BACKEND, indexes.policy_backends)
+        chaincache.index(policies=self.policies, by_type=sources)
         self.reconciler = PolicyReconciler(
             api_client=self.api,
             policies=self.policies,
@@ -416,7 +415,7 @@ class CopyWorld:
         self.api.feed(objects.SECRETS, self.managed, view=secretviews.managed)
         self.api.feed(objects.SECRETS, self.versions, view=secretviews.identity_only)
         sources = {"APIKey": APIKeySource()}
-        self.policies.add_index(indexes.POLICY_BY_SECRET, indexes.policy_secrets(sources))
+        chaincache.index(policies=self.policies, by_type=sources)
         self.reconciler = PolicyReconciler(
             api_client=self.api,
             policies=self.policies,

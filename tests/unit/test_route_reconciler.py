@@ -13,14 +13,14 @@ import pytest
 import yaml
 
 from controllers.reconcilers import api, derived
-from controllers.reconcilers.cache import indexes, ownwrites, secretviews
+from controllers.reconcilers.cache import chaincache, ownwrites, secretviews
 from controllers.reconcilers.route import RouteReconciler, configsecret
 from controllers.runtime import clock as clocks
 from controllers.runtime import errors as api_errors
 from controllers.runtime import objects
 from controllers.runtime.reconcile import Request
 from controllers.runtime.store import Store
-from tests.support import memapi
+from tests.support import gen, memapi
 
 NS = "ns"
 NOW = 1_700_000_000.0
@@ -35,7 +35,7 @@ class World:
         self.api = memapi.MemAPI()
         self.recorder = memapi.RecordedEvents()
         self.routes, self.backends, self.policies, self.managed = Store(), Store(), Store(), Store()
-        self.policies.add_index(indexes.POLICY_BY_BACKEND, indexes.policy_backends)
+        chaincache.index(policies=self.policies, routes=self.routes)
         self.api.feed(api.ROUTES, self.routes)
         self.api.feed(api.BACKENDS, self.backends)
         self.api.feed(api.POLICIES, self.policies)
@@ -73,11 +73,7 @@ class World:
         )
         policy = self.api.put(
             api.POLICIES,
-            {
-                "metadata": {"name": f"p-{backend}", "namespace": NS},
-                "spec": {"type": "APIKey", "targetRefs": [{"name": backend}]},
-                "status": {"conditions": [{"type": "Ready", "status": "True"}]},
-            },
+            gen.policy(f"p-{backend}", gen.targets(backend), gen.ready(), namespace=NS),
         )
         self.api.put(
             objects.SECRETS,
@@ -325,14 +321,7 @@ def test_a_backend_no_policy_targets_is_called_without_credentials(world: World)
 
 def test_a_backend_two_policies_target_is_a_policy_conflict(world: World) -> None:
     world.chain("b", {"apiKey": b"sk-1"})
-    world.api.put(
-        api.POLICIES,
-        {
-            "metadata": {"name": "p-other", "namespace": NS},
-            "spec": {"type": "APIKey", "targetRefs": [{"name": "b"}]},
-            "status": {"conditions": [{"type": "Ready", "status": "True"}]},
-        },
-    )
+    world.api.put(api.POLICIES, gen.policy("p-other", gen.targets("b"), gen.ready(), namespace=NS))
     world.route("b")
     world.reconcile()
     assert reason(world, "ResolvedRefs") == ("False", "PolicyConflict")

@@ -13,7 +13,7 @@ import pytest
 
 from controllers.reconcilers import api, derived
 from controllers.reconcilers.backend import wiring as backend_wiring
-from controllers.reconcilers.cache import indexes
+from controllers.reconcilers.cache import chaincache, indexes
 from controllers.reconcilers.policy import decide
 from controllers.reconcilers.route import resolve, restarts
 from controllers.reconcilers.route.resolve import Chain, Standing, Unresolved
@@ -23,6 +23,7 @@ from controllers.runtime.store import Store
 from rotator import errors, schedule
 from rotator.credentials import Credential
 from rotator.providers.aws import identity, sts
+from tests.support import gen
 from tests.unit.test_policy_decide import KEY, NOW, Copying, inputs, policy
 from tests.unit.test_route_reconciler import NS, World
 
@@ -30,18 +31,14 @@ BACKEND = {"metadata": {"name": "b", "namespace": NS}, "spec": {"schema": "OpenA
 
 
 def bsp(name: str, conditions: list[dict[str, str]] | None) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "metadata": {"name": name, "namespace": NS},
-        "spec": {"type": "APIKey", "targetRefs": [{"name": "b"}]},
-    }
-    if conditions is not None:
-        body["status"] = {"conditions": conditions}
-    return body
+    """Policy ``name`` targeting backend ``b``: ``conditions``, or no status at all (None)."""
+    status = [] if conditions is None else [gen.conditions(*conditions)]
+    return gen.policy(name, gen.targets("b"), *status, namespace=NS)
 
 
 def policies(*bodies: dict[str, Any]) -> Store:
     store = Store()
-    store.add_index(indexes.POLICY_BY_BACKEND, indexes.policy_backends)
+    chaincache.index(policies=store)
     for body in bodies:
         store.upsert(body)
     return store

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 from controllers.reconcilers import api
 from controllers.reconcilers.cache import crviews, indexes, secretviews
@@ -17,6 +18,7 @@ from controllers.reconcilers.credentialsources import CredentialSource
 from controllers.runtime import objects
 from controllers.runtime.cache import Cache
 from controllers.runtime.informer import Informer, Transform
+from controllers.runtime.store import IndexFunc
 
 
 @dataclass(frozen=True)
@@ -49,10 +51,31 @@ def chain_cache(cache: Cache, by_type: Mapping[str, CredentialSource]) -> ChainC
         backends=custom(cache, api.BACKENDS, crviews.backend),
         routes=custom(cache, api.ROUTES, crviews.route),
     )
-    chain.policies.add_index(indexes.POLICY_BY_SECRET, indexes.policy_secrets(by_type))
-    chain.policies.add_index(indexes.POLICY_BY_BACKEND, indexes.policy_backends)
-    chain.routes.add_index(indexes.ROUTE_BY_BACKEND, indexes.route_backends)
+    index(policies=chain.policies, routes=chain.routes, by_type=by_type)
     return chain
+
+
+class Indexable(Protocol):
+    """An informer, or a bare store (a test's)."""
+
+    def add_index(self, name: str, func: IndexFunc) -> None: ...
+
+
+def index(
+    *,
+    policies: Indexable | None = None,
+    routes: Indexable | None = None,
+    by_type: Mapping[str, CredentialSource] | None = None,
+) -> None:
+    """Adds the chain's indexes: to the policies ``policy-by-backend`` and, given ``by_type``,
+    ``policy-by-secret``; to the routes ``route-by-backend``. The one setup of them, which the
+    tests' worlds call too, so a test cannot drift from the production indexes."""
+    if policies is not None:
+        if by_type is not None:
+            policies.add_index(indexes.POLICY_BY_SECRET, indexes.policy_secrets(by_type))
+        policies.add_index(indexes.POLICY_BY_BACKEND, indexes.policy_backends)
+    if routes is not None:
+        routes.add_index(indexes.ROUTE_BY_BACKEND, indexes.route_backends)
 
 
 def custom(cache: Cache, resource: objects.Resource, transform: Transform) -> Informer:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import base64
 import hashlib
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
@@ -69,31 +70,28 @@ class ConfigSecrets:
         return ConfigSecret(route, key, actual, self._api, self._own_writes)
 
 
+@dataclass(frozen=True)
 class ConfigSecret:
     """One Route's config Secret, as read once (:meth:`ConfigSecrets.of`)."""
 
-    def __init__(
-        self,
-        route: api.Route,
-        key: objects.ObjectKey,
-        actual: Mapping[str, Any] | None,
-        api_client: apiclient.ApiClient,
-        own_writes: ownwrites.OwnWrites,
-    ) -> None:
-        self._route = route
-        self._key = key
-        self._actual = actual
-        self._api = api_client
-        self._own_writes = own_writes
-        self.name = api.route_config_secret_name(objects.name(route))
+    route: api.Route
+    key: objects.ObjectKey
+    actual: Mapping[str, Any] | None
+    """What the cache held when read (None: no such Secret)."""
+    api_client: apiclient.ApiClient
+    own_writes: ownwrites.OwnWrites
+
+    @property
+    def name(self) -> str:
+        return api.route_config_secret_name(objects.name(self.route))
 
     def in_place(self, inputs_hash: str) -> str | None:
         """The hash of the configuration in the Secret, if it was rendered from inputs of
         ``inputs_hash`` and holds what was written then (:data:`api.CONFIG_INPUTS_ANNOTATION`);
         None when it must be rendered: the inputs changed, the Secret is missing, edited, written
         by an earlier version (no record), or our last write is not in the cache yet."""
-        actual = self._actual
-        if actual is None or self._own_writes.unseen(self._key, actual) is not None:
+        actual = self.actual
+        if actual is None or self.own_writes.unseen(self.key, actual) is not None:
             return None
         annotations = objects.meta(actual).get("annotations") or {}
         config_hash = annotations.get(api.CONFIG_HASH_ANNOTATION)
@@ -101,7 +99,7 @@ class ConfigSecret:
         if not isinstance(config_hash, str) or not isinstance(data_hash, str):
             return None
         record = inputs_record(inputs_hash, data_hash, config_hash)
-        wanted = _metadata(self._route, config_hash, record)
+        wanted = _metadata(self.route, config_hash, record)
         return config_hash if apply.subset(wanted, actual.get("metadata")) else None
 
     def programmed(self) -> conditions.Cond:
@@ -137,14 +135,14 @@ class ConfigSecret:
 
     def _previous(self) -> str:
         """What the gateway still loads when the new configuration could not be written."""
-        if self._actual is None:
+        if self.actual is None:
             return f"Secret {self.name} was not written"
         return f"Secret {self.name} keeps the previous configuration, which is stale"
 
     def _ensure(self, text: str, config_hash: str, inputs_hash: str) -> None:
         data = {api.ROUTE_CONFIG_KEY: base64.b64encode(text.encode()).decode()}
-        actual = self._actual
-        known = self._own_writes.unseen(self._key, actual) or actual  # the cache may lag
+        actual = self.actual
+        known = self.own_writes.unseen(self.key, actual) or actual  # the cache may lag
         if (
             known is not None
             and secretviews.holds_data(known, data)
@@ -152,18 +150,18 @@ class ConfigSecret:
             # what a gateway reads, never for the record alone. One without a record (written
             # by an earlier version: an upgrade writes nothing), or with a stale or edited one,
             # gets it with its next configuration and is rendered at each start until then.
-            and apply.subset(_metadata(self._route, config_hash, None), known.get("metadata"))
+            and apply.subset(_metadata(self.route, config_hash, None), known.get("metadata"))
         ):
             return
         record = inputs_record(inputs_hash, secretviews.data_hash(data), config_hash)
         desired: Body = {
             "apiVersion": "v1",
             "kind": "Secret",
-            "metadata": _metadata(self._route, config_hash, record),
+            "metadata": _metadata(self.route, config_hash, record),
             "type": "Opaque",
             "data": data,
         }
-        self._own_writes.apply_secret(self._api, desired, actual)
+        self.own_writes.apply_secret(self.api_client, desired, actual)
         log.info("route.config_written", secret_name=self.name, config_hash=config_hash[:12])
 
 
