@@ -17,26 +17,19 @@ import pytest
 from controllers.reconcilers import api
 from controllers.reconcilers import backend as backend_mod
 from controllers.reconcilers.backend import BackendReconciler
-from controllers.reconcilers.cache import chaincache
 from controllers.runtime import clock as clocks
 from controllers.runtime.reconcile import Request
-from controllers.runtime.store import Store
-from tests.support import gen, memapi
+from tests.support import gen
+from tests.support.chainworld import ChainWorld
 
 NS = "ns"
 NOW = 1_700_000_000.0
 ROOT = Path(__file__).resolve().parents[2]
 
 
-class World:
+class World(ChainWorld):
     def __init__(self) -> None:
-        self.api = memapi.MemAPI()
-        self.recorder = memapi.RecordedEvents()
-        self.backends, self.policies = Store(), Store()
-        chaincache.index(policies=self.policies)
-        self.api.feed(api.BACKENDS, self.backends)
-        self.api.feed(api.POLICIES, self.policies)
-        self.clock = clocks.FakeClock(NOW)
+        super().__init__(now=NOW)
         self.reconciler = BackendReconciler(
             api_client=self.api,
             backends=self.backends,

@@ -13,34 +13,26 @@ import pytest
 import yaml
 
 from controllers.reconcilers import api, derived
-from controllers.reconcilers.cache import chaincache, ownwrites, secretviews
+from controllers.reconcilers.cache import ownwrites
 from controllers.reconcilers.route import RouteReconciler, configsecret
 from controllers.runtime import clock as clocks
 from controllers.runtime import errors as api_errors
 from controllers.runtime import objects
 from controllers.runtime.reconcile import Request
-from controllers.runtime.store import Store
 from tests.support import gen, memapi
+from tests.support.chainworld import ChainWorld
 
 NS = "ns"
 NOW = 1_700_000_000.0
 BAD = b"\xff\xfe-not-text-secret-bytes"
 
 
-class World:
-    """Caches of routes, backends, policies and managed Secrets (through the controller's
-    managed-Secret view), fed by :attr:`api`; :meth:`reconcile` lets them catch up after."""
+class World(ChainWorld):
+    """The chain's caches (:class:`ChainWorld`) and a Route reconciler over them;
+    :meth:`reconcile` lets them catch up after."""
 
     def __init__(self) -> None:
-        self.api = memapi.MemAPI()
-        self.recorder = memapi.RecordedEvents()
-        self.routes, self.backends, self.policies, self.managed = Store(), Store(), Store(), Store()
-        chaincache.index(policies=self.policies, routes=self.routes)
-        self.api.feed(api.ROUTES, self.routes)
-        self.api.feed(api.BACKENDS, self.backends)
-        self.api.feed(api.POLICIES, self.policies)
-        self.api.feed(objects.SECRETS, self.managed, view=secretviews.managed)
-        self.clock = clocks.FakeClock(NOW)
+        super().__init__(now=NOW)
         self.restart()
 
     def restart(self) -> None:
