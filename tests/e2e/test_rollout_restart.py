@@ -231,7 +231,7 @@ def test_a_config_change_rolls_out_once_and_a_resync_or_restart_does_not(
     route = chain.get("route", "chat") or {}
     record = route["status"]["rolloutRestart"]
     assert record["configHash"] == second
-    assert "Restarted" in chain.event_reasons("chat")
+    wait_for(lambda: "Restarted" in chain.event_reasons("chat"), what="the Restarted Event")
     print(
         f"\nrolled out {took:.1f} s after the configuration was written\n"
         f"RolloutRestarted={restarted['status']} {restarted['reason']}: {restarted['message']}\n"
@@ -301,7 +301,11 @@ def test_a_missing_target_is_reported_and_rolled_out_once_it_exists(
         ROLLOUT_TIMEOUT,
     )  # fmt: skip
     assert "Deployment late not found" in missing["message"]
-    assert "TargetNotFound" in chain.event_reasons("chat")
+    # the Event is sent by the recorder's own thread, after the status write: waited for (a
+    # loaded machine once asked before it had arrived)
+    wait_for(
+        lambda: "TargetNotFound" in chain.event_reasons("chat"), what="the TargetNotFound Event"
+    )
     assert chain.condition("route", "chat", rapi.PROGRAMMED)["status"] == "True"  # type: ignore[index]
 
     create_workload(chain, "Deployment", "late")
