@@ -97,7 +97,7 @@ def test_an_expired_credential_leaves_the_route_config_and_comes_back(
     and once STS is back the backend returns with a new session.
 
     Mutations caught (each tried by hand): the Route's expiry check removed
-    (controllers/reconcilers/route.py, ``expiry <= now``) — the backend stays past its expiry
+    (controllers/reconcilers/route/resolve.py, ``expiry <= now``) — the backend stays past its expiry
     until the policy turns Expired; the Route's requeue at the earliest expiry dropped
     (``Result()``) — the same; a policy that never turns Expired (``valid`` ignoring the expiry in
     policy.py ``_failed``) — Ready stays True; a Route that leaves out a backend whose policy

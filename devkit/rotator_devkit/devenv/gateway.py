@@ -2,7 +2,7 @@
 (``spec.output.format: LiteLLM``), for ``rotator dev`` and the tests.
 
 LiteLLM's proxy reads its ``config.yaml`` once, when it starts (see
-controllers/reconcilers/litellmconfig.py), so a new configuration means a new process:
+controllers/reconcilers/route/formats/litellm.py), so a new configuration means a new process:
 :class:`RollingGateway` does for one machine what a Deployment's rolling update does for pods —
 start a proxy on the new configuration, send new requests to it once it answers, then stop the
 old one after its requests finished — so that some proxy always serves.
