@@ -179,7 +179,7 @@ def test_the_upgrade_rewrites_no_route_config_or_derived_secret_that_did_not_cha
 
     Deliberate breaks that fail it: no route config recorded (a Recorder whose selector misses
     the route config Secrets: ``RouteConfigs`` empty); B never rewriting a route config after a
-    renewal; a relist hiding a write (tests/unit/test_kind_history.py)."""
+    renewal; a relist hiding a write (tests/unit/test_test_counts.py)."""
     assert len(upgraded.route_configs) == CHAINS
     seen = set(upgraded.configs.versions)
     assert upgraded.route_configs <= seen, (
