@@ -53,11 +53,20 @@ def policies(*bodies: dict[str, Any]) -> Store:
         ((), Standing.NO_POLICY),
         ((bsp("p", [{"type": "Ready", "status": "True"}]),), Standing.READY),
         ((bsp("p", [{"type": "Ready", "status": "False", "message": "m"}]),), Standing.NOT_READY),
+        ((bsp("p", [{"type": "Ready"}]),), Standing.NOT_READY),
         ((bsp("p", None),), Standing.PENDING),
         ((bsp("p", [{"type": "Accepted", "status": "True"}]),), Standing.PENDING),
         ((bsp("p", None), bsp("q", None)), Standing.CONFLICT),
     ],
-    ids=["none", "ready", "not-ready", "no-status", "no-ready-condition", "two"],
+    ids=[
+        "none",
+        "ready",
+        "not-ready",
+        "ready-without-status",
+        "no-status",
+        "no-ready-condition",
+        "two",
+    ],
 )
 def test_the_one_policy_rule_and_the_ready_rule(
     bodies: tuple[dict[str, Any], ...], standing: Standing
@@ -173,6 +182,7 @@ def test_backend_refs_are_read_once_as_names_then_keys() -> None:
         ("r-", False),
         ("", False),
         ("a/b", False),
+        ("abc\n", False),  # a final newline: "$" matched before it
     ],
 )
 def test_a_name_is_fitted_the_same_way_for_a_label_and_an_annotation(name: str, fits: bool) -> None:

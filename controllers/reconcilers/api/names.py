@@ -120,7 +120,7 @@ def fit_name(name: str) -> str:
     ends), else ``sha256-<first 40 hex digits of its hash>`` (still unique in practice, and
     always the same for the same name). The one rule for both: an empty name is not one, so it
     is hashed too (object names are never empty)."""
-    if len(name) <= NAME_PART_MAX and _NAME_PART.match(name):
+    if len(name) <= NAME_PART_MAX and _NAME_PART.fullmatch(name):  # $ would pass "a\n"
         return name
     return f"sha256-{hashlib.sha256(name.encode()).hexdigest()[:40]}"
 

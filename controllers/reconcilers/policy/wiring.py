@@ -7,8 +7,8 @@
   again, a minted one reads it at its next mint;
 * its derived Secret edited or deleted by anyone else — its own write's echo is skipped
   (:mod:`controllers.reconcilers.cache.ownwrites`; this module owns the
-  :class:`~controllers.reconcilers.ownwrites.OwnWrites` the reconciler records its writes in and
-  the source skips them by).
+  :class:`~controllers.reconcilers.cache.ownwrites.OwnWrites` the reconciler records its writes
+  in and the source skips them by).
 
 The reconciler tells no other controller anything: backends and routes watch the policy
 informer and the derived Secret themselves (:mod:`..backend.wiring`, :mod:`..route.wiring`).

@@ -80,7 +80,7 @@ def attachment(policies: Store, backend_key: str) -> Attachment:
     ready = conditions.of(found[0], api.READY)
     if ready is None:
         return Attachment(Standing.PENDING, found)
-    standing = Standing.READY if ready["status"] == "True" else Standing.NOT_READY
+    standing = Standing.READY if ready.get("status") == "True" else Standing.NOT_READY
     return Attachment(standing, found, ready)
 
 

@@ -3,7 +3,7 @@
 * its spec (generation) — not its status, which only the reconcile itself writes;
 * its config Secret edited or deleted by anyone else — its own write's echo is skipped
   (:mod:`controllers.reconcilers.cache.ownwrites`; this module owns the
-  :class:`~controllers.reconcilers.ownwrites.OwnWrites`);
+  :class:`~controllers.reconcilers.cache.ownwrites.OwnWrites`);
 * a backend it references whose spec or ``ResolvedRefs`` (status or reason) changed: a change
   of resolution is a second word that the backend's policy appeared, went or changed
   readiness, and costs a route reconcile only when resolution changes;
