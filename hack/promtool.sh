@@ -7,7 +7,8 @@
 # - Otherwise build it from the wrapper Go module in hack/promtool/ (the Prometheus module's version
 #   pinned in its go.mod: v0.316.0 is Prometheus 3.16.0) into
 #   ${XDG_CACHE_HOME:-~/.cache}/rotator/promtool/<key>/, keyed by the version and the wrapper
-#   module's content, so a second run builds nothing. Nothing but Go modules is downloaded.
+#   module's content, so a second run builds nothing. Nothing but Go modules is downloaded. Needs
+#   Go 1.26.7+ (the go directive of hack/promtool/go.mod), used as installed (GOTOOLCHAIN=local).
 # - Built with the tag remove_all_sd: Prometheus's service-discovery plugins (AWS, Azure, GCE,
 #   Consul, ...; their SDKs are most of the build) are left out. promtool check rules, test rules
 #   and the PromQL parser do not use them; `promtool check config` of a config that names one of
@@ -40,8 +41,19 @@ if [[ -x "$dest/promtool" ]]; then
   exit 0
 fi
 
+# The wrapper module's go directive (go 1.26.7) is the oldest Go that builds it. The build runs with
+# GOTOOLCHAIN=local: an older local Go fails here, saying so, instead of Go's default
+# GOTOOLCHAIN=auto fetching a newer toolchain (a download through the module proxy, which a
+# machine without one cannot do, and which would fail with a less clear message).
+need_go=$(awk '$1 == "go" { print $2; exit }' "$mod")
 if ! command -v go >/dev/null 2>&1; then
-  echo "promtool.sh: Go 1.26+ is needed to build promtool (or set PROMTOOL to a promtool binary)" >&2
+  echo "promtool.sh: Go $need_go+ is needed to build promtool (or set PROMTOOL to a promtool binary)" >&2
+  exit 1
+fi
+have_go=$(GOTOOLCHAIN=local go env GOVERSION)
+have_go=${have_go#go}
+if [[ "$(printf '%s\n%s\n' "$need_go" "$have_go" | sort -V | head -n1)" != "$need_go" ]]; then
+  echo "promtool.sh: Go $need_go+ is needed to build promtool (hack/promtool/go.mod's go directive); $(command -v go) is Go $have_go. Install a newer Go, or set PROMTOOL to a promtool binary" >&2
   exit 1
 fi
 
@@ -72,7 +84,7 @@ ldflags+=" -X github.com/prometheus/common/version.BuildDate=19700101-00:00:00"
 echo "promtool.sh: building promtool $release ($version) into $dest (first run only; a few minutes)" >&2
 (
   cd "$here/promtool"
-  CGO_ENABLED=0 GOFLAGS=-mod=readonly go build -trimpath -tags remove_all_sd -ldflags "$ldflags" \
+  CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS=-mod=readonly go build -trimpath -tags remove_all_sd -ldflags "$ldflags" \
     -o "$work/promtool" github.com/prometheus/prometheus/cmd/promtool
 )
 "$work/promtool" --version 2>&1 | sed -n 1p >&2

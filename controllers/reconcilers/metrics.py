@@ -16,6 +16,11 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from controllers.runtime.reconcile import Request
 
+# The policy types whose credentials rotator mints (rotator_rotations_total's type): their failure
+# series exist, at 0, from the start, so that increase() counts a first failure too (a series that
+# appears at its first increment has no earlier sample to increase from).
+MINTED_TYPES = ("AWSCredentials", "GCPCredentials", "AzureCredentials")
+
 
 class CredentialMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
@@ -37,6 +42,8 @@ class CredentialMetrics:
             ["type", "result"],
             registry=registry,
         )
+        for kind in MINTED_TYPES:
+            self.rotations.labels(kind, "failure")
         self.provider_requests = Counter(
             "rotator_provider_requests_total",
             "Calls to credential providers, by provider, call and response code",

@@ -116,6 +116,20 @@ def failures(scraped: Scrape) -> float:
     )
 
 
+def successes(scraped: Scrape) -> float:
+    return sum(
+        v for k, v in scraped.items() if k.startswith("rotator_rotations_total{") and "success" in k
+    )
+
+
+def succeeded_since(
+    controller: ControllerProcess, before: Scrape, keep: Mapping[str, Mapping[str, str]]
+) -> Scrape | None:
+    """A scrape that counts more successful refreshes than ``before``; else None."""
+    now = scrape(controller, "a", keep)
+    return now if successes(now) > successes(before) else None
+
+
 def failed_since(
     controller: ControllerProcess, before: Scrape, keep: Mapping[str, Mapping[str, str]]
 ) -> Scrape | None:
@@ -129,8 +143,12 @@ def test_the_refresh_failure_expression_is_true_while_sts_fails_and_false_after_
 ) -> None:
     """RotatorRefreshesFailing's expression on four real scrapes: after a refresh failed in an STS
     outage (minute 0) and after its retry failed too (1): true for AWSCredentials; after recovery
-    (12) and once more (13): false, no failure in the window. Broken by the expression reading
-    ``result="failed"`` (never exported: false at minute 1; tried)."""
+    (12) and after one more refresh, requested then and successful (13): false. Nothing asserts
+    beforehand that the failure count stood still between the last two scrapes: the expression is
+    false only if that refresh counted no failure (a retry still failing, or a success counted as
+    one, makes it true) and the expression counts failures only (the window holds a success: the
+    second check says so). Broken by the expression reading ``result="failed"`` (never exported:
+    false at minute 1; tried) or without its ``result="failure"`` matcher (true at 13)."""
     expr = alert_expr("RotatorRefreshesFailing")
     keep = {"rotator_rotations_total": {"type": "AWSCredentials"}}
     source = {"serviceAccountToken": {"serviceAccountName": "default", "awsRoleArn": ROLE_ARN}}
@@ -145,8 +163,8 @@ def test_the_refresh_failure_expression_is_true_while_sts_fails_and_false_after_
             {"metadata": {"annotations": {rapi.ROTATE_REQUESTED_ANNOTATION: "alerts-1"}}},
             namespace=chain.ns,
         )
-        # The first failure since the controller started may create the failure series (at 1),
-        # which increase() cannot count: the window starts with a scrape that has it.
+        # The window starts with a scrape that counts a failure already (the failure series exist
+        # at 0 from the start, but another test's controller may have counted some).
         before = wait_for(
             lambda: failed_since(controller, healthy, keep),
             timeout=60,
@@ -163,8 +181,17 @@ def test_the_refresh_failure_expression_is_true_while_sts_fails_and_false_after_
         "policy", "sa", "Ready", "True", "CredentialsReady", timeout=backoff.CAP * 1.5 + 30
     )
     recovered = scrape(controller, "a", keep)
-    again = scrape(controller, "a", keep)
-    assert failures(recovered) == failures(again), "no failure between the last two scrapes"
+    chain.api.patch(
+        rapi.POLICIES,
+        "sa",
+        {"metadata": {"annotations": {rapi.ROTATE_REQUESTED_ANNOTATION: "alerts-2"}}},
+        namespace=chain.ns,
+    )
+    again = wait_for(
+        lambda: succeeded_since(controller, recovered, keep),
+        timeout=60,
+        what="a successful refresh after recovery in /metrics",
+    )
     minutes: list[Scrape | None] = [before, failing, *[None] * 10, recovered, again]
     evaluate(
         tmp_path,
@@ -176,6 +203,11 @@ def test_the_refresh_failure_expression_is_true_while_sts_fails_and_false_after_
                 "exp_samples": [{"labels": '{type="AWSCredentials"}', "value": 1}],
             },
             {"expr": expr, "eval_time": "13m", "exp_samples": []},
+            {
+                "expr": 'count by (type) (increase(rotator_rotations_total{result="success"}[10m]) > 0)',
+                "eval_time": "13m",
+                "exp_samples": [{"labels": '{type="AWSCredentials"}', "value": 1}],
+            },
         ],
     )
 

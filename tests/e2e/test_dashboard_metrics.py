@@ -19,16 +19,18 @@ from tests.support.chain import AWSChain
 from tests.support.controller import ControllerProcess
 from tests.support.polling import wait_for
 
+VALUE = "__value__"  # each sample's value, among its labels
+
 
 def samples(controller: ControllerProcess) -> dict[str, list[dict[str, str]]]:
-    """The scrape's sample names, each with the label sets it has."""
+    """The scrape's sample names, each with the label sets it has (and the value, under VALUE)."""
     assert controller.proc is not None
     status, text = controller.proc.http(controller.proc.metrics_port, "/metrics")
     assert status == 200, status
     found: dict[str, list[dict[str, str]]] = {}
     for family in parser.text_string_to_metric_families(text):
         for sample in family.samples:
-            found.setdefault(sample.name, []).append(dict(sample.labels))
+            found.setdefault(sample.name, []).append({**sample.labels, VALUE: str(sample.value)})
     return found
 
 
@@ -37,7 +39,8 @@ def failed_once(
 ) -> dict[str, list[dict[str, str]]] | None:
     """The scrape, once it counts a failed AWSCredentials refresh; else None."""
     rotations = scrape.get("rotator_rotations_total", [])
-    failed = {r["type"] for r in rotations if r["result"] == "failure"}
+    # the failure series exist at 0 from the start (CredentialMetrics): a failure is a count above 0
+    failed = {r["type"] for r in rotations if r["result"] == "failure" and float(r[VALUE]) > 0}
     return scrape if "AWSCredentials" in failed else None
 
 
@@ -57,6 +60,13 @@ def test_every_metric_the_alerts_and_the_dashboard_name_is_in_a_real_scrape(
     chain.aws_policy("sa", ["b"], source)
     chain.wait_condition("policy", "sa", "Ready", "True", "CredentialsReady", timeout=60)
     chain.wait_condition("route", "r", "Programmed", "True", timeout=60)
+    before = samples(controller)["rotator_rotations_total"]
+    # Each minted type's failure series is there from the controller's start (at 0 until a
+    # failure; another test sharing this controller may have counted some), so increase() counts
+    # a first failure: GCP and Azure ones although no test here has failed such a refresh.
+    assert {"AWSCredentials", "GCPCredentials", "AzureCredentials"} <= {
+        r["type"] for r in before if r["result"] == "failure"
+    }, "the failure series exist before any failure, so increase() counts the first one"
     sts.set_mode("fail")
     try:
         chain.api.patch(

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
+from controllers.runtime.ratelimiters import ItemExponentialFailureRateLimiter
 from tests.support import helm, monitoring
 from tests.support.helm import Case
 
@@ -42,14 +43,35 @@ def test_the_rules_pass_promtool_check_and_their_unit_tests(
     """Each alert firing at the time it should, with its labels and annotations, and quiet when
     it should be. Mutation-tested, each failing here: RotatorCredentialExpiringSoon's `< 300` as
     `< 200` and its `for: 2m` as `for: 1m`; RotatorRefreshesFailing's `[10m]` as `[20m]` (still
-    firing at 41 min) and without its job matcher (another scrape's failures fire); RotatorReconcileErrors's
-    `for: 15m` as `for: 5m` (the conflict storm fires) and without its job matcher (another
-    operator's errors fire); RotatorNoLeader's `max` as `min` (fires with one leader of two) and
+    firing at 41 min) and without its job matcher (another scrape's failures fire);
+    RotatorReconcileErrors as `rate(...[5m]) > 0` for 15m (the object failing on the retry
+    schedule never fires), without its `offset 20m` part (the conflict storm fires), and without
+    its job matcher (another operator's errors fire); RotatorNoLeader's `max` as `min` (fires with one leader of two) and
     its `absent(up ...)` part removed (no replica scraped: quiet)."""
     (tmp_path / "check.yaml").write_text(yaml.safe_dump(rules))
     checked = monitoring.run_promtool("check", "rules", str(tmp_path / "check.yaml"))
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert "SUCCESS" in run_unit_tests(rules, tmp_path)
+
+
+def test_the_retry_schedule_case_follows_the_rate_limiter() -> None:
+    """The reconcile-error counter of the case "one object failing on the retry schedule" is what
+    one object retried by ItemExponentialFailureRateLimiter's defaults (5 ms doubling to 1000 s),
+    failing from minute 5 on, gives at each 1 min scrape. Broken by a value edited by hand, or by
+    the defaults changing (then the alert's 20 min windows may need to follow the cap)."""
+    limiter = ItemExponentialFailureRateLimiter[str]()
+    errors = [0.0]  # seconds after the first failure
+    while errors[-1] < 100 * 60:
+        errors.append(errors[-1] + limiter.when("policy"))
+    assert limiter.when("policy") == 1000.0 < 20 * 60, "the cap fits in the alert's 20 min window"
+    expected = [
+        sum(1 for e in errors if e <= (minute - 5) * 60) if minute >= 5 else 0
+        for minute in range(100)
+    ]
+    tests = yaml.safe_load(monitoring.ALERT_TESTS.read_text())["tests"]
+    case = next(t for t in tests if t["name"].startswith("one object failing on the retry"))
+    [series] = case["input_series"]
+    assert [int(v) for v in series["values"].split()] == expected
 
 
 def test_the_unit_tests_can_fail(rules: dict[str, Any], tmp_path: Path) -> None:
@@ -182,3 +204,16 @@ def test_the_dashboard_has_the_panels_the_issue_asks_for() -> None:
         "Queue depth by controller",
         "Leader",
     } <= titles
+
+
+def test_the_job_variable_lists_rotator_jobs_only_and_picks_none_by_name() -> None:
+    """The dashboard's job variable comes from a metric only rotator exports (controller-runtime's
+    are every operator's), and its default is All, not a Service name another release name would
+    change. Broken by label_values of controller_runtime_reconcile_total, or a job as default."""
+    [job] = [v for v in monitoring.dashboard()["templating"]["list"] if v["name"] == "job"]
+    assert monitoring.variable_metrics({"templating": {"list": [job]}}) == {
+        "rotator_events_dropped_total"
+    }
+    assert job["includeAll"] is True
+    assert job["current"]["value"] == "$__all"
+    assert job["allValue"] == ".+"

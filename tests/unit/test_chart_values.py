@@ -4,9 +4,11 @@ object by object and leaf by leaf, must be exactly the expected one."""
 
 from __future__ import annotations
 
+import subprocess
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.support import helm
 from tests.support.helm import REMOVED, Case, Diff, Identity, Path_, Render
@@ -574,3 +576,36 @@ def test_with_the_network_policy_the_helm_test_may_reach_the_probe_port(
     assert ("NetworkPolicy", "rotator-helm-test-probes", NS) not in renders[
         "tests defaults"
     ].by_identity()
+
+
+def test_numbers_and_booleans_as_label_and_annotation_values_render_as_strings() -> None:
+    """``--set metrics.grafanaDashboard.labels.grafana_dashboard=1`` (Helm reads 1 as a number):
+    the schema takes it, and the ConfigMap's label is the string "1" (a Kubernetes label or
+    annotation value must be a string); the same for the PrometheusRule's labels and the
+    dashboard's annotations. Broken by the schema's "type": "string" for these values (Helm
+    refuses the --set), or by a template's toYaml of them (the label renders as the number 1)."""
+    argv = [str(helm.binary()), "template", helm.RELEASE, str(helm.CHART), "-n", NS]
+    argv += ["--skip-tests", "--set", "metrics.grafanaDashboard.enabled=true"]
+    argv += ["--set", "metrics.grafanaDashboard.labels.grafana_dashboard=1"]
+    argv += ["--set", "metrics.grafanaDashboard.annotations.grafana_folder=true"]
+    argv += ["--set", "metrics.prometheusRule.enabled=true"]
+    argv += ["--set", "metrics.prometheusRule.labels.release=2"]
+    argv += ["--set", "metrics.prometheusRule.labels.prometheus=kube-prometheus"]
+    out = subprocess.run(argv, capture_output=True, text=True, check=False, env=helm.environment())
+    assert out.returncode == 0, out.stderr
+    docs = {helm.identity(d): d for d in yaml.safe_load_all(out.stdout) if d}
+    board = docs[("ConfigMap", "rotator-dashboard", NS)]["metadata"]
+    assert board["labels"]["grafana_dashboard"] == "1"
+    assert board["annotations"] == {"grafana_folder": "true"}
+    rule = docs[("PrometheusRule", "rotator-alerts", NS)]["metadata"]["labels"]
+    assert rule["release"] == "2"
+    assert rule["prometheus"] == "kube-prometheus"
+    assert rule["app.kubernetes.io/part-of"] == "rotator", "the chart's own labels stay"
+
+
+def test_a_label_value_that_is_a_mapping_is_refused() -> None:
+    """The schema still says what a label value is: not a mapping."""
+    render = helm.template(
+        Case({"metrics": {"grafanaDashboard": {"enabled": True, "labels": {"a": {"b": "c"}}}}})
+    )
+    assert render.error, "a mapping as a label value is refused"
