@@ -35,14 +35,19 @@ from controllers.runtime import errors, objects, restconfig
 from rotator_devkit.devenv import gateway
 from rotator_devkit.devenv.standins import upstreams
 from tests.support import gatewayload as gl
-from tests.support import leaks
+from tests.support import leaks, required
 from tests.support.polling import wait_for
 from tests.support.proc import REPO
 
-pytestmark = [
-    pytest.mark.local_control_plane,
-    pytest.mark.skipif(gateway.executable() is None, reason="litellm not installed"),
-]
+pytestmark = pytest.mark.local_control_plane
+
+
+@pytest.fixture(autouse=True)
+def litellm_installed() -> None:
+    """make venv installs litellm[proxy] (the dev kit's gateway extra)."""
+    if gateway.executable() is None:
+        required.missing("litellm not installed")
+
 
 LIFETIME = 90
 """Seconds the stand-ins' credentials live: the samples renew them with 36-45 s left, the time
@@ -153,6 +158,7 @@ def test_dev_gateway_one_address_every_type_through_rotations_no_failed_request(
             start_new_session=True,  # its own process group, which a Ctrl-C reaches as a whole
         )
     client: subprocess.Popen[bytes] | None = None
+    hand: subprocess.Popen[str] | None = None
     litellm_log = None
     try:
 
@@ -191,7 +197,7 @@ def test_dev_gateway_one_address_every_type_through_rotations_no_failed_request(
 
         leaks.MINTED.add_source("rotator dev's stand-ins", lambda: minted)
         litellm_log = (Path(folder) / "gateways" / "litellm" / "litellm.log").open("rb")
-        litellm_log.read()  # kept open: the file outlives its folder for us
+        litellm_head = litellm_log.read()  # kept open: the file outlives its folder for us
 
         results = tmp_path / "requests.jsonl"
         client = subprocess.Popen(
@@ -223,7 +229,16 @@ def test_dev_gateway_one_address_every_type_through_rotations_no_failed_request(
             f'set -e; rotator() {{ {sys.executable} -m controllers.cli "$@"; }}; '
             f'kubectl() {{ {kubectl} "$@"; }}; '
         )
-        hand: subprocess.Popen[str] | None = None
+
+        def requests_so_far() -> list[dict[str, Any]]:
+            """The client's lines written so far (the last one may be half written)."""
+            found = []
+            for line in results.read_text().splitlines() if results.exists() else []:
+                try:
+                    found.append(json.loads(line))
+                except ValueError:
+                    continue
+            return found
 
         def observe() -> bool:
             """Records rotations and gateway switches; starts the hand rotation once each
@@ -250,11 +265,18 @@ def test_dev_gateway_one_address_every_type_through_rotations_no_failed_request(
                     stdout=subprocess.PIPE,
                     stderr=subprocess.STDOUT,
                     text=True,
+                    start_new_session=True,  # its commands are stopped with it on a failure
                 )
             if hand is None or hand.poll() is None:
                 return False
             seen = upstream_seen(admin)
-            return all(gl.served(rotations[k], seen[k]) >= n for k, n in WANTED.items())
+            if not all(gl.served(rotations[k], seen[k]) >= n for k, n in WANTED.items()):
+                return False
+            lines = requests_so_far()
+            return all(
+                len(first_client_uses(lines, rotations, seen, switches, model)) >= WANTED[kind]
+                for model, kind in MODELS.items()
+            )
 
         wait_for(observe, timeout=420, interval=0.5, what="every type's rotations served")
         assert hand is not None
@@ -286,6 +308,11 @@ def test_dev_gateway_one_address_every_type_through_rotations_no_failed_request(
             assert len(seen[kind]) >= ok, (kind, "fewer upstream requests than answers")
         for kind, n in WANTED.items():
             assert gl.served(rotations[kind], seen[kind]) >= n, (kind, printed)
+        # ... and client requests used each new credential, not only the new proxy's readiness
+        # completions: a request started after the switch to the proxy carrying it
+        for model, kind in MODELS.items():
+            uses = first_client_uses(lines, rotations, seen, switches, model)
+            assert len(uses) >= WANTED[kind], (kind, printed)
         status = get_json(f"{admin}/status")
         label = upstreams.ModelUpstream.label
         assert label("sk-dev-second-key") in status["openaiKeys"]
@@ -306,13 +333,22 @@ def test_dev_gateway_one_address_every_type_through_rotations_no_failed_request(
         assert free(admin_port), "the admin port is free"
         tail = litellm_log.read().decode(errors="replace")
         assert "Traceback" not in tail, tail[-3000:]
+        litellm_text = litellm_head.decode(errors="replace") + tail
+        assert scanner.leaks({"litellm.log": litellm_text}) == []
         assert "Traceback" not in text(), text()[-3000:]
         print(f"dev gateway test: {time.monotonic() - began:.0f} s in all")
     finally:
-        for p in (client, dev):
+        for p in (hand, client):
             if p is not None and p.poll() is None:
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait()
+        if dev.poll() is None:  # a Ctrl-C first: it stops the control plane, removes its folder
+            os.killpg(dev.pid, signal.SIGINT)
+            try:
+                dev.wait(120)
+            except subprocess.TimeoutExpired:
+                os.killpg(dev.pid, signal.SIGKILL)
+                dev.wait()
         if litellm_log is not None:
             litellm_log.close()
 
@@ -340,16 +376,12 @@ def report(
     out = ["\nrotator dev gateway: one address, a client in its own process at 4 req/s"]
     for model, kind in MODELS.items():
         mine = [x for x in lines if x["model"] == model]
-        to_upstream, to_client = [], []
-        for at, label in rotations[kind][1:]:
-            if (first := gl.seen_by(seen[kind], label)) is None:
-                continue
-            to_upstream.append(first - at)
-            switch = min((s for s in switches[model] if s >= first), default=None)
-            if switch is not None:
-                starts = [x["start"] for x in mine if x["start"] >= switch]
-                if starts:
-                    to_client.append(min(starts) - at)
+        to_upstream = [
+            first - at
+            for at, label in rotations[kind][1:]
+            if (first := gl.seen_by(seen[kind], label)) is not None
+        ]
+        to_client = first_client_uses(lines, rotations, seen, switches, model)
         out.append(
             f"  {kind:17} sent {len(mine):4} failed {sum(x['status'] != 200 for x in mine)} "
             f"rotations {len(rotations[kind]) - 1} "
@@ -363,6 +395,32 @@ def report(
     out.append("  hand rotation (docs/operations.md, as written): exit 0")
     out.append("    " + hand_output.replace("\n", "\n    ").strip()[:800])
     return "\n".join(out)
+
+
+def first_client_uses(
+    lines: list[dict[str, Any]],
+    rotations: gl.Rotations,
+    seen: dict[str, list[upstreams.Seen]],
+    switches: dict[str, set[float]],
+    model: str,
+) -> list[float]:
+    """Per rotation of ``model``'s credential that reached its stand-in, and whose new
+    credential a client request then used, the time from the rotation to that request: the
+    first one started after the first switch seen, after that first upstream use, that changed
+    the model's credential."""
+    kind = MODELS[model]
+    starts = sorted(x["start"] for x in lines if x["model"] == model)
+    found = []
+    for at, label in rotations[kind][1:]:
+        if (first := gl.seen_by(seen[kind], label)) is None:
+            continue
+        switch = min((s for s in switches[model] if s >= first), default=None)
+        if switch is None:
+            continue
+        after = [t for t in starts if t >= switch]
+        if after:
+            found.append(after[0] - at)
+    return found
 
 
 def _s(values: list[float]) -> str:

@@ -4,8 +4,11 @@ key no gateway proxy carries, and the answers to what cannot be done."""
 
 from __future__ import annotations
 
+import http.client
 import json
+import threading
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -109,3 +112,67 @@ def test_usage_without_a_value_and_an_endpoint_that_is_not_there(
     code, _, err = run(capsys, "http://127.0.0.1:9", "status")
     assert code == 1
     assert "Connection refused" in err
+
+
+def test_only_json_posts_addressed_to_loopback_by_name_are_served(
+    endpoint: tuple[admin.DevAdmin, StandIns, Gateways],
+) -> None:
+    """A web page cannot use the endpoint: a form's POST is not JSON (415), and a page whose
+    name was made to resolve to 127.0.0.1 sends its own name as Host (403)."""
+    served, standins, _ = endpoint
+    port = served.url.rsplit(":", 1)[1]
+
+    def ask(method: str, path: str, headers: dict[str, str], body: bytes | None = None) -> int:
+        conn = http.client.HTTPConnection("127.0.0.1", int(port), timeout=10)
+        conn.putrequest(method, path, skip_host=True)
+        for name, value in headers.items():
+            conn.putheader(name, value)
+        conn.endheaders(body)
+        status = conn.getresponse().status
+        conn.close()
+        return status
+
+    keys = json.dumps({"accept": ["sk-form"]}).encode()
+    length = {"Content-Length": str(len(keys))}
+    form = {"Content-Type": "application/x-www-form-urlencoded", **length}
+    assert ask("POST", "/keys", {"Host": f"127.0.0.1:{port}", **form}, keys) == 415
+    assert ask("POST", "/keys", {"Host": f"127.0.0.1:{port}", **length}, keys) == 415
+    assert standins.openai.accepted() == [], "nothing done"
+    assert ask("GET", "/issued", {"Host": f"evil.example:{port}"}) == 403
+    assert ask("GET", "/issued", {}) == 403
+    assert ask("GET", "/issued", {"Host": f"localhost:{port}"}) == 200
+    json_post = {"Host": f"localhost:{port}", "Content-Type": "application/json", **length}
+    assert ask("POST", "/keys", json_post, keys) == 200
+
+
+def test_an_answer_that_is_not_json_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
+    """Another program on the port: a web page, as a 200 and as a 404."""
+
+    class Page(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            page = b"<html>hello</html>"
+            self.send_response(200 if self.path == "/status" else 404)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(page)))
+            self.end_headers()
+            self.wfile.write(page)
+
+        def do_POST(self) -> None:
+            self.do_GET()
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Page)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        for argv in (["status"], ["heal", "openai"]):
+            code, _, err = run(capsys, url, *argv)
+            assert code == 1, argv
+            assert "not JSON" in err, err
+            assert "Traceback" not in err, err
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import http.client
 import json
+import socket
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -32,9 +33,25 @@ model_list:
 class Upstream(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     release = threading.Event()
+    received: ClassVar[list[str]] = []
 
     def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers["Content-Length"]))
+        Upstream.received.append(self.path)
+        if self.path == "/hangup":  # no answer at all
+            self.close_connection = True
+            return
+        if self.path == "/garbage":  # not HTTP
+            self.close_connection = True
+            self.wfile.write(b"nonsense\r\n\r\n")
+            return
+        if self.path == "/short":  # fewer bytes than announced, then gone
+            self.close_connection = True
+            self.send_response(200)
+            self.send_header("Content-Length", "100")
+            self.end_headers()
+            self.wfile.write(b"0123456789")
+            return
         if self.path == "/slow":
             Upstream.release.wait(10)
         if self.path == "/stream":
@@ -112,7 +129,8 @@ def test_front_door_passes_requests_whole_and_counts_them_in_flight(upstream: Pr
         wait_for(lambda: proxies.in_flight == 1, timeout=10, what="the request in flight")
         Upstream.release.set()
         slow.join(10)
-        assert proxies.in_flight == 0
+        # counted out by the handler's thread, after the answer reached the client
+        wait_for(lambda: proxies.in_flight == 0, timeout=10, what="the request counted out")
     finally:
         door.stop()
 
@@ -165,3 +183,51 @@ def test_table_shows_each_gateway_model_with_backend_and_last_rotation() -> None
     claude = next(x for x in lines if " claude " in x)
     assert "07:58:55 (65s ago)" in claude
     assert claude.endswith("-")
+
+
+def raw(port: int, data: bytes, *, shut: bool = False) -> bytes:
+    """What a connection to ``port`` receives for ``data``, until the server closes it."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(data)
+        if shut:
+            s.shutdown(socket.SHUT_WR)  # the client gone mid-body
+        chunks = []
+        while chunk := s.recv(65536):
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+
+def test_front_door_answers_502_when_the_proxy_breaks_before_answering_without_traceback(
+    upstream: Proxy, capfd: pytest.CaptureFixture[str]
+) -> None:
+    proxies = Proxies(upstream)
+    door = front.FrontDoor(proxies, port=0).start()  # type: ignore[arg-type]
+    try:
+        for path in ("/hangup", "/garbage"):
+            assert post(door.port, path)[0] == 502, path
+        # mid-answer: the client's connection is closed, the answer left incomplete
+        with pytest.raises(http.client.IncompleteRead):
+            post(door.port, "/short")
+        wait_for(lambda: proxies.in_flight == 0, timeout=10, what="every request counted out")
+    finally:
+        door.stop()
+    assert "Traceback" not in capfd.readouterr().err
+
+
+def test_front_door_refuses_bodies_it_cannot_frame_and_forwards_no_short_one(
+    upstream: Proxy,
+) -> None:
+    door = front.FrontDoor(Proxies(upstream), port=0).start()  # type: ignore[arg-type]
+    head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+    try:
+        Upstream.received.clear()
+        for length in (b"abc", b"-5"):
+            answer = raw(door.port, head + b"Content-Length: " + length + b"\r\n\r\n{}")
+            assert answer.startswith(b"HTTP/1.1 400 "), answer  # and closed: raw() returned
+        chunked = raw(door.port, head + b"Transfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n")
+        assert chunked.startswith(b"HTTP/1.1 411 "), chunked  # and closed
+        short = raw(door.port, head + b"Content-Length: 100\r\n\r\n{}", shut=True)
+        assert short == b"", short
+        assert Upstream.received == [], "nothing forwarded"
+    finally:
+        door.stop()

@@ -18,7 +18,11 @@ key, revoke an old one, make a provider fail or heal.
 * ``GET /issued`` — ``{"values": [...]}``, every secret value the stand-ins issued or were given
   (for the tests' leak scans; it serves loopback only, in a development run).
 
-Keys travel in request bodies, never in a URL, and nothing here logs a request.
+Keys travel in request bodies, never in a URL, and nothing here logs a request. A request must
+name the endpoint in its ``Host`` header as ``127.0.0.1:<port>`` or ``localhost:<port>`` (403
+otherwise: a web page whose name was made to resolve to loopback sends its own), and a POST must
+be ``Content-Type: application/json`` (415 otherwise: a page's form cannot send that without
+asking first).
 """
 
 from __future__ import annotations
@@ -52,6 +56,19 @@ class DevAdmin(Stub):
 
     def handle(self, handler: BaseHTTPRequestHandler, method: str, body: bytes) -> None:
         path = handler.path.split("?")[0].rstrip("/")
+        port = self._server.server_address[1]
+        if (handler.headers.get("Host") or "").lower() not in (
+            f"127.0.0.1:{port}",
+            f"localhost:{port}",
+        ):
+            self._json(
+                handler, 403, {"error": f"Host must be 127.0.0.1:{port} or localhost:{port}"}
+            )
+            return
+        content_type = (handler.headers.get("Content-Type") or "").split(";")[0].strip().lower()
+        if method == "POST" and content_type != "application/json":
+            self._json(handler, 415, {"error": "Content-Type must be application/json"})
+            return
         reads: dict[str, Callable[[], Any]] = {
             "/status": self.status,
             "/upstreams": lambda: {n: u.seen_json() for n, u in self.standins.upstreams().items()},

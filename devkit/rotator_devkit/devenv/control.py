@@ -42,9 +42,21 @@ def _call(url: str, path: str, body: dict[str, Any] | None = None) -> Any:
     )
     try:
         with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310
-            return json.loads(response.read())
+            return _json(response.read(), f"HTTP {response.status}")
     except urllib.error.HTTPError as exc:
-        raise RuntimeError(json.loads(exc.read() or b"{}").get("error", str(exc))) from exc
+        answer = _json(exc.read() or b"{}", str(exc))
+        raise RuntimeError(
+            answer.get("error", str(exc)) if isinstance(answer, dict) else exc
+        ) from exc
+
+
+def _json(body: bytes, status: str) -> Any:
+    try:
+        return json.loads(body)
+    except ValueError as exc:  # another program on the port, or a proxy's page
+        raise RuntimeError(
+            f"the answer ({status}) is not JSON: is this rotator dev's admin address?"
+        ) from exc
 
 
 def run(

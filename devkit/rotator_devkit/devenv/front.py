@@ -104,22 +104,39 @@ class FrontDoor:
 
     def _forward(self, handler: BaseHTTPRequestHandler) -> None:
         if "chunked" in (handler.headers.get("Transfer-Encoding") or "").lower():
+            handler.close_connection = True  # the body's bytes were not read
             _answer(handler, 411, b'{"error": "send a Content-Length"}')
             return
-        length = int(handler.headers.get("Content-Length") or 0)
-        body = handler.rfile.read(length) if length else None
+        declared = (handler.headers.get("Content-Length") or "0").strip()
+        if not declared.isdigit():  # not a number, or negative
+            handler.close_connection = True
+            _answer(handler, 400, b'{"error": "Content-Length is not a number of bytes"}')
+            return
+        length = int(declared)
+        try:
+            body = handler.rfile.read(length) if length else None
+        except OSError:  # reset, or silent for longer than the server's timeout
+            body = b""
+        if body is not None and len(body) < length:  # the client went away mid-body
+            handler.close_connection = True
+            return  # nothing forwarded, no one to answer
         headers = {k: v for k, v in handler.headers.items() if k.lower() not in HOP_BY_HOP}
         proxy = self.proxies.enter()
         if proxy is None:
             _answer(handler, 503, b'{"error": "the gateway is starting"}')
             return
+        sent = [False]  # whether the answer's status line and headers went to the client
         try:
             try:
-                self._relay(handler, proxy, body, headers)
-            except ConnectionRefusedError:
-                # only a proxy that died by itself refuses (a replaced one is drained first)
-                _answer(handler, 502, b'{"error": "the LiteLLM proxy is not running"}')
-        except OSError:
+                self._relay(handler, proxy, body, headers, sent)
+            except (OSError, http.client.HTTPException):
+                if sent[0]:
+                    raise  # mid-answer: only closing the connection tells the client
+                # before any answer (a proxy that died by itself, or that broke the exchange):
+                # a replaced one is drained first, so this is no roll's doing
+                handler.close_connection = True
+                _answer(handler, 502, b'{"error": "the LiteLLM proxy did not answer"}')
+        except (OSError, http.client.HTTPException):
             handler.close_connection = True  # the client went away, or the proxy did mid-answer
         finally:
             self.proxies.leave(proxy)
@@ -130,11 +147,13 @@ class FrontDoor:
         proxy: gateway.LiteLLMProxy,
         body: bytes | None,
         headers: dict[str, str],
+        sent: list[bool],
     ) -> None:
         upstream = http.client.HTTPConnection("127.0.0.1", proxy.port, timeout=UPSTREAM_TIMEOUT)
         try:
             upstream.request(handler.command, handler.path, body=body, headers=headers)
             response = upstream.getresponse()
+            sent[0] = True  # from here on, what reaches the client may be partial
             handler.send_response_only(response.status, response.reason)
             for name, value in response.getheaders():
                 if name.lower() not in HOP_BY_HOP and name.lower() != "content-length":
@@ -148,6 +167,8 @@ class FrontDoor:
                 handler.end_headers()
                 while chunk := response.read(65536):
                     handler.wfile.write(chunk)
+                if response.length:  # the proxy closed before the bytes it announced
+                    raise http.client.IncompleteRead(b"", response.length)
                 return
             handler.send_header("Transfer-Encoding", "chunked")  # streamed: passed on as it comes
             handler.end_headers()

@@ -259,17 +259,25 @@ class RollingGateway:
         ready_models: Callable[[str], list[str]] | None = None,
         on_switch: Callable[[LiteLLMProxy, LiteLLMProxy | None], None] | None = None,
         drain_timeout: float = 60.0,
+        retry_delay: float = 2.0,
+        retry_max: float = 60.0,
     ) -> None:
         """``ready_models``: the models (of a configuration's text) whose completions through a
         new proxy must succeed before it takes the traffic (without: it answers its liveness
         probe). ``on_switch(new, old)`` is called once a new proxy is current. A replaced proxy
-        is stopped once its requests are answered, or after ``drain_timeout`` seconds."""
+        is stopped once its requests are answered, or after ``drain_timeout`` seconds. A start that
+        fails (a model API failing: no completion in time) is tried again after ``retry_delay``
+        seconds, doubled up to ``retry_max`` at each failure, unless a newer configuration came
+        meanwhile (then that one starts): a Deployment's rollout finishes once its new pods
+        become ready."""
         self.folder = folder
         self.master_key = master_key
         self.env = env or {}
         self.ready_models = ready_models
         self.on_switch = on_switch
         self.drain_timeout = drain_timeout
+        self.retry_delay = retry_delay
+        self.retry_max = retry_max
         self.current: LiteLLMProxy | None = None
         self.rolls = 0
         """Proxies started (the first included)."""
@@ -282,8 +290,12 @@ class RollingGateway:
         """Every proxy started and not yet stopped (the current one and those draining)."""
         self._retirements: list[threading.Thread] = []
         self._lock = threading.Lock()
-        self._in_flight: dict[int, int] = {}
+        self._in_flight: dict[LiteLLMProxy, int] = {}
+        """Per proxy object, not per port: a stopped proxy's port may be a new one's."""
         self._pending: str | None = None
+        self._starting = False
+        """Whether a starter thread will still look at :attr:`_pending` (set and cleared under
+        the lock: a thread that has found nothing pending may still be alive for a moment)."""
         self._starter: threading.Thread | None = None
         self._zygote: Zygote | None = None
 
@@ -291,24 +303,52 @@ class RollingGateway:
         """Serves ``config_text`` next; with ``wait``, returns once it (or a newer one) serves."""
         with self._lock:
             self._pending = config_text
-            if self._starter is None or not self._starter.is_alive():
+            if not self._starting:
+                self._starting = True
                 self._starter = threading.Thread(target=self._start_pending, name="litellm-roll")
                 self._starter.start()
             starter = self._starter
-        if wait:
+        if wait and starter is not None:
             starter.join()
 
     def _start_pending(self) -> None:
-        while True:
+        delay = self.retry_delay
+        try:
+            while True:
+                with self._lock:
+                    text, self._pending = self._pending, None
+                    if text is None or self._stopping.is_set():
+                        self._starting = False
+                        return
+                    self.rolls += 1
+                    generation = self.rolls
+                try:
+                    started = self._start(text, generation)
+                except (RuntimeError, OSError) as exc:  # the zygote: not started, or gone
+                    self.errors.append(f"start {generation}: {exc}")
+                    started = False
+                if started:
+                    delay = self.retry_delay
+                    continue
+                if self._again(text):
+                    self._stopping.wait(delay)  # a failed start tried again, backing off
+                    delay = min(delay * 2, self.retry_max)
+        except BaseException:  # an error not foreseen: the next roll() starts a thread again
             with self._lock:
-                text, self._pending = self._pending, None
-                if text is None:
-                    return
-                self.rolls += 1
-                generation = self.rolls
-            self._start(text, generation)
+                self._starting = False
+            raise
 
-    def _start(self, config_text: str, generation: int) -> None:
+    def _again(self, config_text: str) -> bool:
+        """Puts a configuration whose start failed back as the next, unless a newer one came
+        meanwhile (that one starts now): whether it did."""
+        with self._lock:
+            if self._pending is not None:
+                return False
+            self._pending = config_text
+            return True
+
+    def _start(self, config_text: str, generation: int) -> bool:
+        """Starts a proxy on ``config_text`` and switches to it once ready: whether it did."""
         path = self.folder / f"config-{generation}.yaml"
         path.write_text(config_text)
         path.chmod(0o600)
@@ -330,7 +370,7 @@ class RollingGateway:
             except (RuntimeError, TimeoutError) as exc:
                 self._stopped(proxy)
                 self.errors.append(f"start {generation}: {exc}")
-                return
+                return False
         finally:
             path.unlink(missing_ok=True)
         with self._lock:
@@ -340,16 +380,18 @@ class RollingGateway:
             self.on_switch(proxy, old)
         if old is None:
             self.serving = generation
-            return
+            return True
         # in the background: the next start must not wait for this one's requests to finish
         retire = threading.Thread(target=self._retire, args=(old, generation), daemon=True)
         self._retirements.append(retire)
         retire.start()
+        return True
 
-    def _stopped(self, proxy: LiteLLMProxy) -> None:
-        proxy.stop()
+    def _stopped(self, proxy: LiteLLMProxy, timeout: float = 30.0) -> None:
+        proxy.stop(timeout)
         with self._lock:
-            self._running.remove(proxy)
+            if proxy in self._running:  # stop() and a retirement may both stop it
+                self._running.remove(proxy)
 
     def running(self) -> list[LiteLLMProxy]:
         """Every proxy that may still serve a request: the current one and those draining."""
@@ -373,22 +415,30 @@ class RollingGateway:
         with self._lock:
             proxy = self.current
             if proxy is not None:
-                self._in_flight[proxy.port] = self._in_flight.get(proxy.port, 0) + 1
+                self._in_flight[proxy] = self._in_flight.get(proxy, 0) + 1
             return proxy
 
     def leave(self, proxy: LiteLLMProxy) -> None:
         with self._lock:
-            self._in_flight[proxy.port] -= 1
+            self._in_flight[proxy] -= 1
+            if not self._in_flight[proxy]:
+                del self._in_flight[proxy]
+
+    def in_flight(self, proxy: LiteLLMProxy) -> int:
+        """Requests taken for ``proxy`` (:meth:`enter`) and not yet answered (:meth:`leave`)."""
+        with self._lock:
+            return self._in_flight.get(proxy, 0)
 
     def _drain(self, proxy: LiteLLMProxy, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            with self._lock:
-                if not self._in_flight.get(proxy.port):
-                    return
+            if not self.in_flight(proxy):
+                return
             time.sleep(0.05)  # waiting for requests in flight, with a deadline
 
-    def stop(self) -> None:
+    def stop(self, *, wait: float = 120.0) -> None:
+        """Stops starting proxies, waits up to ``wait`` seconds for each replaced one to drain,
+        then stops every proxy still running (SIGTERM, then SIGKILL): none is left behind."""
         self._stopping.set()
         with self._lock:
             self._pending = None
@@ -396,12 +446,13 @@ class RollingGateway:
         if starter is not None:
             starter.join(180)
         for retire in self._retirements:
-            retire.join(120)
+            retire.join(wait)
         with self._lock:
-            proxy, self.current = self.current, None
+            self.current = None
             zygote, self._zygote = self._zygote, None
-        if proxy is not None:
-            self._stopped(proxy)
+            left = list(self._running)
+        for proxy in left:  # the current one, and any still draining
+            self._stopped(proxy, timeout=10.0)
         if zygote is not None:
             zygote.stop()
 
