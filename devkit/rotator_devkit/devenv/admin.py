@@ -27,7 +27,6 @@ asking first).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler
 from typing import Any
@@ -55,19 +54,18 @@ class DevAdmin(Stub):
         }
 
     def handle(self, handler: BaseHTTPRequestHandler, method: str, body: bytes) -> None:
-        path = handler.path.split("?")[0].rstrip("/")
         port = self._server.server_address[1]
         if (handler.headers.get("Host") or "").lower() not in (
             f"127.0.0.1:{port}",
             f"localhost:{port}",
         ):
-            self._json(
+            self.reply_json(
                 handler, 403, {"error": f"Host must be 127.0.0.1:{port} or localhost:{port}"}
             )
             return
         content_type = (handler.headers.get("Content-Type") or "").split(";")[0].strip().lower()
         if method == "POST" and content_type != "application/json":
-            self._json(handler, 415, {"error": "Content-Type must be application/json"})
+            self.reply_json(handler, 415, {"error": "Content-Type must be application/json"})
             return
         reads: dict[str, Callable[[], Any]] = {
             "/status": self.status,
@@ -79,20 +77,7 @@ class DevAdmin(Stub):
             "/held": self._held,
             "/mode": self._mode,
         }
-        if method == "GET" and path in reads:
-            self._json(handler, 200, reads[path]())
-        elif method == "POST" and path in writes:
-            try:
-                request = json.loads(body or b"{}")
-                if not isinstance(request, dict):
-                    raise TypeError("the body is not a JSON object")
-                answer = writes[path](request)
-            except (ValueError, KeyError, TypeError) as exc:
-                self._json(handler, 400, {"error": f"{type(exc).__name__}: {exc}"})
-            else:
-                self._json(handler, 200, answer)
-        else:
-            self._json(handler, 404, {"error": f"no {method} {path}"})
+        self.answer_admin(handler, method, body, reads=reads, writes=writes)
 
     def _keys(self, request: dict[str, Any]) -> dict[str, Any]:
         accept, retire = _keys(request, "accept"), _keys(request, "retire")
@@ -115,9 +100,6 @@ class DevAdmin(Stub):
             raise ValueError(f"no mode {mode!r}: {', '.join(MODES)}")
         stubs[name].set_mode(mode)
         return {"standIn": name, "mode": mode}
-
-    def _json(self, handler: BaseHTTPRequestHandler, status: int, body: Any) -> None:
-        self.reply(handler, status, json.dumps(body).encode(), "application/json")
 
 
 def _keys(request: dict[str, Any], field: str) -> list[str]:

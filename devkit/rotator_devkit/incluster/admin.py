@@ -26,7 +26,6 @@ only the test cluster that runs it, and hands out the secrets it issued, for lea
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler
@@ -75,7 +74,6 @@ class AdminEndpoint(Stub):
         return {"policies": policies, "secrets": secrets}
 
     def handle(self, handler: BaseHTTPRequestHandler, method: str, body: bytes) -> None:
-        path = handler.path.split("?")[0].rstrip("/")
         reads: dict[str, Callable[[], Any]] = {
             "/healthz": lambda: {"ok": True},
             "/info": self.info,
@@ -90,20 +88,7 @@ class AdminEndpoint(Stub):
             "/accept": self._accept,
             "/lifetime": self._lifetime,
         }
-        if method == "GET" and path in reads:
-            self._json(handler, 200, reads[path]())
-        elif method == "POST" and path in writes:
-            try:
-                request = json.loads(body or b"{}")
-                if not isinstance(request, dict):
-                    raise TypeError("the body is not a JSON object")
-                answer = writes[path](request)
-            except (ValueError, KeyError, TypeError, AssertionError) as exc:
-                self._json(handler, 400, {"error": f"{type(exc).__name__}: {exc}"})
-            else:
-                self._json(handler, 200, answer)
-        else:
-            self._json(handler, 404, {"error": f"no {method} {path}"})
+        self.answer_admin(handler, method, body, reads=reads, writes=writes)
 
     def _mode(self, request: dict[str, Any]) -> dict[str, Any]:
         stub = self.standins.stubs()[str(request["standIn"])]
@@ -131,6 +116,3 @@ class AdminEndpoint(Stub):
             raise ValueError("seconds is not a positive whole number")
         self.standins.set_lifetime(seconds)
         return {"seconds": seconds}
-
-    def _json(self, handler: BaseHTTPRequestHandler, status: int, body: Any) -> None:
-        self.reply(handler, status, json.dumps(body).encode(), "application/json")

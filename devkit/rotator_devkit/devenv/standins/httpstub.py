@@ -4,9 +4,11 @@ public host name: a Pod behind a Service), request counting, and switchable fail
 
 from __future__ import annotations
 
+import json
 import ssl
 import threading
 from collections import Counter
+from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Self
 
@@ -148,3 +150,36 @@ class Stub:
         handler.send_header("Content-Length", str(len(body)))
         handler.end_headers()
         handler.wfile.write(body)
+
+    @classmethod
+    def reply_json(cls, handler: BaseHTTPRequestHandler, status: int, body: Any) -> None:
+        cls.reply(handler, status, json.dumps(body).encode(), "application/json")
+
+    @classmethod
+    def answer_admin(
+        cls,
+        handler: BaseHTTPRequestHandler,
+        method: str,
+        body: bytes,
+        *,
+        reads: Mapping[str, Callable[[], Any]],
+        writes: Mapping[str, Callable[[dict[str, Any]], Any]],
+    ) -> None:
+        """A small JSON admin API (the dev kit's and the in-cluster stand-ins'): GET of a path in
+        ``reads``; POST of a path in ``writes`` with a JSON object, whose ValueError, KeyError,
+        TypeError or AssertionError is a 400 naming it; anything else a 404."""
+        path = handler.path.split("?")[0].rstrip("/")
+        if method == "GET" and path in reads:
+            cls.reply_json(handler, 200, reads[path]())
+        elif method == "POST" and path in writes:
+            try:
+                request = json.loads(body or b"{}")
+                if not isinstance(request, dict):
+                    raise TypeError("the body is not a JSON object")
+                answer = writes[path](request)
+            except (ValueError, KeyError, TypeError, AssertionError) as exc:
+                cls.reply_json(handler, 400, {"error": f"{type(exc).__name__}: {exc}"})
+            else:
+                cls.reply_json(handler, 200, answer)
+        else:
+            cls.reply_json(handler, 404, {"error": f"no {method} {path}"})
