@@ -24,7 +24,6 @@ import pytest
 import yaml
 from prometheus_client import parser
 
-from controllers.reconcilers import api as rapi
 from controllers.runtime import client as clients
 from controllers.runtime import errors, objects
 from rotator_devkit.devenv import manifests
@@ -157,12 +156,7 @@ def test_the_refresh_failure_expression_is_true_while_sts_fails_and_false_after_
     healthy = scrape(controller, "a", keep)
     sts.set_mode("fail")
     try:
-        chain.api.patch(
-            rapi.POLICIES,
-            "sa",
-            {"metadata": {"annotations": {rapi.ROTATE_REQUESTED_ANNOTATION: "alerts-1"}}},
-            namespace=chain.ns,
-        )
+        chain.request_rotation("sa", "alerts-1")
         # The window starts with a scrape that counts a failure already (the failure series exist
         # at 0 from the start, but another test's controller may have counted some).
         before = wait_for(
@@ -181,12 +175,7 @@ def test_the_refresh_failure_expression_is_true_while_sts_fails_and_false_after_
         "policy", "sa", "Ready", "True", "CredentialsReady", timeout=backoff.CAP * 1.5 + 30
     )
     recovered = scrape(controller, "a", keep)
-    chain.api.patch(
-        rapi.POLICIES,
-        "sa",
-        {"metadata": {"annotations": {rapi.ROTATE_REQUESTED_ANNOTATION: "alerts-2"}}},
-        namespace=chain.ns,
-    )
+    chain.request_rotation("sa", "alerts-2")
     again = wait_for(
         lambda: succeeded_since(controller, recovered, keep),
         timeout=60,

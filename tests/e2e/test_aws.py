@@ -220,12 +220,7 @@ def test_rotation_can_be_requested(chain: AWSChain, sts: STSProxy) -> None:
     chain.aws_policy("sa", ["b"], sa_source("default"))
     chain.wait_condition("policy", "sa", "Ready", "True", "CredentialsReady", timeout=60)
     first = chain.aws_keys("sa")
-    chain.api.patch(
-        rapi.POLICIES,
-        "sa",
-        {"metadata": {"annotations": {rapi.ROTATE_REQUESTED_ANNOTATION: "now-1"}}},
-        namespace=chain.ns,
-    )
+    chain.request_rotation("sa", "now-1")
     wait_for(
         lambda: (
             (k := chain.aws_keys("sa")) is not None
@@ -450,12 +445,7 @@ def test_iam_access_key_rotation_keeps_two_keys_at_most_and_cleans_up(
             return listed() == [served[-1]]
 
         for request in ("first", "second"):
-            chain.api.patch(
-                rapi.POLICIES,
-                "iam",
-                {"metadata": {"annotations": {rapi.ROTATE_REQUESTED_ANNOTATION: request}}},
-                namespace=chain.ns,
-            )
+            chain.request_rotation("iam", request)
             wait_for(rotated, what=f"rotation {request}")
             keys = chain.aws_keys("iam")
             assert keys is not None

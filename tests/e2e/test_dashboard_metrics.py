@@ -11,7 +11,6 @@ import contextlib
 
 from prometheus_client import parser
 
-from controllers.reconcilers import api as rapi
 from rotator_devkit.devenv.standins.sts import STSProxy
 from tests.e2e.conftest import ROLE_ARN
 from tests.support import monitoring
@@ -69,12 +68,7 @@ def test_every_metric_the_alerts_and_the_dashboard_name_is_in_a_real_scrape(
     }, "the failure series exist before any failure, so increase() counts the first one"
     sts.set_mode("fail")
     try:
-        chain.api.patch(
-            rapi.POLICIES,
-            "sa",
-            {"metadata": {"annotations": {rapi.ROTATE_REQUESTED_ANNOTATION: "metrics-1"}}},
-            namespace=chain.ns,
-        )
+        chain.request_rotation("sa", "metrics-1")
         chain.wait_condition("policy", "sa", "Ready", "True", "RotationFailed", timeout=60)
         scrape = wait_for(
             lambda: failed_once(samples(controller)),

@@ -376,11 +376,7 @@ def report(
     out = ["\nrotator dev gateway: one address, a client in its own process at 4 req/s"]
     for model, kind in MODELS.items():
         mine = [x for x in lines if x["model"] == model]
-        to_upstream = [
-            first - at
-            for at, label in rotations[kind][1:]
-            if (first := gl.seen_by(seen[kind], label)) is not None
-        ]
+        to_upstream = gl.lags(rotations[kind], seen[kind])
         to_client = first_client_uses(lines, rotations, seen, switches, model)
         out.append(
             f"  {kind:17} sent {len(mine):4} failed {sum(x['status'] != 200 for x in mine)} "

@@ -73,12 +73,7 @@ def iam_chain(chain: AWSChain, moto: str) -> IAMChain:
 
 
 def request_rotation(chain: AWSChain, value: str) -> None:
-    chain.api.patch(
-        rapi.POLICIES,
-        "iam",
-        {"metadata": {"annotations": {rapi.ROTATE_REQUESTED_ANNOTATION: value}}},
-        namespace=chain.ns,
-    )
+    chain.request_rotation("iam", value)
 
 
 def test_the_management_secret_is_protected_while_the_policy_holds_keys(

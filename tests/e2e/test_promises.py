@@ -181,12 +181,7 @@ def test_an_expired_credential_leaves_the_route_config_and_comes_back(
 
         # Recovery. When the next retry comes is test_aws.py's outage test; here, a requested
         # rotation makes it now.
-        chain.api.patch(
-            rapi.POLICIES,
-            "minted",
-            {"metadata": {"annotations": {rapi.ROTATE_REQUESTED_ANNOTATION: "recover"}}},
-            namespace=chain.ns,
-        )
+        chain.request_rotation("minted", "recover")
         chain.wait_condition("policy", "minted", "Ready", "True", "CredentialsReady", timeout=SLACK)
         fresh = current_key(chain, "minted")
         assert fresh != first

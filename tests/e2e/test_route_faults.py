@@ -194,12 +194,7 @@ def test_the_expiry_metric_is_there_after_a_restart_whose_first_refresh_fails(
     try:
         sts.set_mode("fail")
         # while it is down, a refresh becomes due at once (as after a long outage)
-        chain.api.patch(
-            rapi.POLICIES,
-            "oidc",
-            {"metadata": {"annotations": {rapi.ROTATE_REQUESTED_ANNOTATION: "after-restart"}}},
-            namespace=chain.ns,
-        )
+        chain.request_rotation("oidc", "after-restart")
         controller.start()
         failing = chain.wait_condition(
             "policy", "oidc", "Ready", "True", "RotationFailed", timeout=60

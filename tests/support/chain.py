@@ -43,6 +43,16 @@ class Chain:
         except errors.AlreadyExists:
             self.api.patch(objects.SECRETS, name, {"data": body["data"]}, namespace=self.ns)
 
+    def request_rotation(self, policy: str, value: str) -> None:
+        """Asks for a rotation the way a user does: a new ``rotator.dev/rotate-requested-at``
+        value on the policy."""
+        self.api.patch(
+            rapi.POLICIES,
+            policy,
+            {"metadata": {"annotations": {rapi.ROTATE_REQUESTED_ANNOTATION: value}}},
+            namespace=self.ns,
+        )
+
     def remember(self, *values: str) -> None:
         self.secret_values.update(values)
 

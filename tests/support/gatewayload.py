@@ -201,6 +201,14 @@ def seen_by(seen: Sequence[upstreams.Seen], label: str) -> float | None:
     )
 
 
+def lags(rotations: Sequence[tuple[float, str]], seen: Sequence[upstreams.Seen]) -> list[float]:
+    """For each rotation (after the first credential) whose credential reached the upstream,
+    the seconds from its issue to that first current request."""
+    return [
+        first - at for at, label in rotations[1:] if (first := seen_by(seen, label)) is not None
+    ]
+
+
 def served(rotations: Sequence[tuple[float, str]], seen: Sequence[upstreams.Seen]) -> int:
     """How many rotations (after the first credential) the gateway sent upstream."""
     return sum(1 for _, label in rotations[1:] if seen_by(seen, label) is not None)
@@ -221,16 +229,12 @@ def per_type(
     reached it), the upstream's verdicts."""
     figures: dict[str, dict[str, Any]] = {}
     for model, kind in MODELS.items():
-        lags = [
-            first - at
-            for at, label in rotations[kind][1:]
-            if (first := seen_by(seen[kind], label)) is not None
-        ]
+        waits = lags(rotations[kind], seen[kind])
         figures[kind] = {
             "sent": sum(1 for m, _, _ in results if m == model),
             "failed": sum(1 for m, _, _ in failures if m == model),
             "rotations": len(rotations[kind]) - 1,
-            "longest_rotation_to_use_s": round(max(lags), 1) if lags else None,
+            "longest_rotation_to_use_s": round(max(waits), 1) if waits else None,
             "verdicts": dict(Counter(s.verdict for s in seen[kind])),
         }
     return figures
