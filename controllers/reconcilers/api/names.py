@@ -77,11 +77,11 @@ def in_use_finalizer(policy_uid: str) -> str:
 
 
 TRANSLATED = "Translated"
-"""Route condition, on Routes whose ``spec.output.format`` is ``LiteLLM``: does the configuration
-hold every rule, match and backend of the spec that rotator itself could reach (rules after a
-catch-all are not: rotator never routes to them either)? False (:data:`REASON_NOT_EXPRESSIBLE`)
-names each rule and backend LiteLLM cannot express, and what (controllers/reconcilers/
-route/formats/litellm.py)."""
+"""Route condition, on Routes whose ``spec.output.format`` is ``LiteLLM`` or ``Envoy``: does the
+configuration hold every rule, match and backend of the spec that rotator itself could reach
+(rules after a catch-all are not: rotator never routes to them either)? False
+(:data:`REASON_NOT_EXPRESSIBLE`) names each rule and backend the format cannot express, and what
+(controllers/reconcilers/route/formats/litellm.py and envoy.py)."""
 ROLLOUT_RESTARTED = "RolloutRestarted"
 """Route condition, on Routes with ``spec.rolloutRestartTargets``: were the targets rolled out
 for the configuration in the config Secret (controllers/reconcilers/route/restarts.py)?"""

@@ -285,14 +285,22 @@ class RolloutRestartTarget(TypedDict):
     name: str
 
 
-OutputFormat = Literal["rotator.dev/v1alpha1", "LiteLLM"]
+OutputFormat = Literal["rotator.dev/v1alpha1", "LiteLLM", "Envoy"]
 DEFAULT_OUTPUT_FORMAT: OutputFormat = "rotator.dev/v1alpha1"
 """``spec.output.format`` when absent: rotator's own format (route/formats/own.py), so Routes
 written before the field existed keep their configuration's bytes and hash."""
 
 
+class EnvoyOutput(TypedDict, total=False):
+    """``spec.output.envoy``: where an Envoy format's listener binds (route/formats/envoy.py)."""
+
+    address: str
+    port: int
+
+
 class OutputSpec(TypedDict, total=False):
     format: OutputFormat
+    envoy: EnvoyOutput
 
 
 class RouteSpec(TypedDict):

@@ -41,10 +41,12 @@ MAX_SECRET_BYTES = 1024 * 1024
 ``MaxSecretSize``, 1 MiB)."""
 
 
-def secret_size(text: str) -> int:
+def secret_size(text: str, files: Mapping[str, str] | None = None) -> int:
     """The size the API server checks against :data:`MAX_SECRET_BYTES` for a config Secret
-    holding ``text``: its one key plus the UTF-8 bytes of the value."""
-    return len(api.ROUTE_CONFIG_KEY.encode()) + len(text.encode())
+    holding ``text`` (and a format's further ``files``): each key plus the UTF-8 bytes of its
+    value."""
+    data = {api.ROUTE_CONFIG_KEY: text, **(files or {})}
+    return sum(len(k.encode()) + len(v.encode()) for k, v in data.items())
 
 
 class ConfigSecrets:
@@ -108,10 +110,13 @@ class ConfigSecret:
         credential."""
         return true(api.PROGRAMMED, api.REASON_PROGRAMMED, f"configuration in Secret {self.name}")
 
-    def write(self, text: str, inputs_hash: str) -> tuple[conditions.Cond, str | None]:
-        """Writes ``text`` if it can be written: ``Programmed``, and the hash of the
-        configuration now in place (None when it could not be written)."""
-        size = secret_size(text)
+    def write(
+        self, text: str, inputs_hash: str, files: Mapping[str, str] | None = None
+    ) -> tuple[conditions.Cond, str | None]:
+        """Writes ``text`` (and a format's further ``files``) if it can be written:
+        ``Programmed``, and the hash of the configuration now in place (None when it could not
+        be written)."""
+        size = secret_size(text, files)
         if size > MAX_SECRET_BYTES:
             log.warning("route.config_too_large", secret_name=self.name, size=size)
             return false(
@@ -120,9 +125,9 @@ class ConfigSecret:
                 f"the configuration is {size} bytes, over the {MAX_SECRET_BYTES} "
                 f"a Secret can hold; {self._previous()}",
             ), None
-        config_hash = base.config_hash(text)
+        config_hash = base.config_hash(text, files)
         try:
-            self._ensure(text, config_hash, inputs_hash)
+            self._ensure({api.ROUTE_CONFIG_KEY: text, **(files or {})}, config_hash, inputs_hash)
         except api_errors.Invalid as exc:  # the API server's message names fields, not data
             log.warning("route.config_rejected", secret_name=self.name, error=str(exc))
             return false(
@@ -139,8 +144,8 @@ class ConfigSecret:
             return f"Secret {self.name} was not written"
         return f"Secret {self.name} keeps the previous configuration, which is stale"
 
-    def _ensure(self, text: str, config_hash: str, inputs_hash: str) -> None:
-        data = {api.ROUTE_CONFIG_KEY: base64.b64encode(text.encode()).decode()}
+    def _ensure(self, plain: Mapping[str, str], config_hash: str, inputs_hash: str) -> None:
+        data = {k: base64.b64encode(v.encode()).decode() for k, v in plain.items()}
         actual = self.actual
         known = self.own_writes.unseen(self.key, actual) or actual  # the cache may lag
         if (

@@ -87,7 +87,7 @@ class RouteReconciler:
             rendered = fmt.render(route, resolution.backends)
             gaps = rendered.gaps
             # write
-            programmed, config_hash = secret.write(rendered.text, inputs_hash)
+            programmed, config_hash = secret.write(rendered.text, inputs_hash, rendered.files)
         # restarts: rolled out once the configuration is in place
         rollout = self._restarts.reconcile(route, config_hash)
         # status
@@ -102,7 +102,7 @@ class RouteReconciler:
                 report.resolved_refs(resolution.problems),
                 programmed,
                 *rollout.updates,
-                *([report.translated(gaps)] if fmt.reports_gaps else []),
+                *([report.translated(gaps, fmt.name)] if fmt.reports_gaps else []),
             ],
             now=now,
             event_types=(api.RESOLVED_REFS, api.PROGRAMMED, api.TRANSLATED),

@@ -48,12 +48,13 @@ def resolved_refs(problems: Mapping[str, Unresolved]) -> conditions.Cond:
     )
 
 
-def translated(gaps: Sequence[Gap]) -> conditions.Cond:
-    """``Translated`` of a LiteLLM Route: what its configuration leaves out."""
+def translated(gaps: Sequence[Gap], fmt: str = "LiteLLM") -> conditions.Cond:
+    """``Translated`` of a Route in a format that reports gaps (``fmt``: LiteLLM, Envoy): what its
+    configuration leaves out."""
     if not gaps:
-        return true(api.TRANSLATED, api.REASON_TRANSLATED, "LiteLLM expresses the whole spec")
+        return true(api.TRANSLATED, api.REASON_TRANSLATED, f"{fmt} expresses the whole spec")
     return false(
         api.TRANSLATED,
         api.REASON_NOT_EXPRESSIBLE,
-        f"left out of the LiteLLM configuration: {bounded([str(g) for g in gaps])}",
+        f"left out of the {fmt} configuration: {bounded([str(g) for g in gaps])}",
     )

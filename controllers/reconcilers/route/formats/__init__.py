@@ -4,7 +4,9 @@ the choice is made; a new format is a new module and an entry of :data:`FORMATS`
 
 - :mod:`.base` — the resolved inputs every format reads, the interface and its answer;
 - :mod:`.own` — rotator's own format, the default;
-- :mod:`.litellm` — LiteLLM proxy's ``config.yaml``, whose gaps the Route reports.
+- :mod:`.litellm` — LiteLLM proxy's ``config.yaml``, whose gaps the Route reports;
+- :mod:`.envoy` — an Envoy proxy's bootstrap, listeners, clusters and credential files, which
+  it reloads with no restart.
 """
 
 from __future__ import annotations
@@ -12,10 +14,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from controllers.reconcilers import api
-from controllers.reconcilers.route.formats import litellm, own
+from controllers.reconcilers.route.formats import envoy, litellm, own
 from controllers.reconcilers.route.formats.base import Format
 
-FORMATS: Mapping[str, Format] = {f.name: f for f in (own.FORMAT, litellm.LITELLM)}
+FORMATS: Mapping[str, Format] = {f.name: f for f in (own.FORMAT, litellm.LITELLM, envoy.ENVOY)}
 """``spec.output.format`` → its format (the CRD's enum)."""
 
 

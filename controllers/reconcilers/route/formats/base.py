@@ -114,10 +114,17 @@ class Gap:
 
 @dataclass(frozen=True)
 class Rendered:
-    """A format's configuration: the text the config Secret holds, and its gaps."""
+    """A format's configuration: the text the config Secret holds (its ``config.yaml``), its gaps,
+    and the further files of a format that needs more than one (Envoy's: keys of the same Secret,
+    files of the directory the gateway mounts)."""
 
     text: str
     gaps: Sequence[Gap]
+    files: Mapping[str, str] = field(default_factory=dict)
+
+    def data(self) -> dict[str, str]:
+        """The config Secret's data, decoded: ``config.yaml`` and the further files."""
+        return {api.ROUTE_CONFIG_KEY: self.text, **self.files}
 
 
 class Format(Protocol):
@@ -166,7 +173,15 @@ def dump(config: Mapping[str, Any]) -> str:
     return yaml.dump(config, Dumper=DUMPER, sort_keys=False, default_flow_style=False)
 
 
-def config_hash(text: str) -> str:
+def config_hash(text: str, files: Mapping[str, str] | None = None) -> str:
     """The configuration's hash: the config Secret's ``rotator.dev/config-hash`` and what
-    ``rolloutRestartTargets`` are rolled out for."""
-    return hashlib.sha256(text.encode()).hexdigest()
+    ``rolloutRestartTargets`` are rolled out for. Of ``config.yaml`` alone for a format of one file
+    (the hash every earlier configuration has); of every file, keys sorted, otherwise."""
+    if not files:
+        return hashlib.sha256(text.encode()).hexdigest()
+    digest = hashlib.sha256()
+    for key, value in sorted({api.ROUTE_CONFIG_KEY: text, **files}.items()):
+        for part in (key, value):
+            encoded = part.encode()
+            digest.update(len(encoded).to_bytes(8, "big") + encoded)
+    return digest.hexdigest()
