@@ -196,6 +196,11 @@ def build(route: api.Route, backends: Backends) -> _Built:
                 backend = backends.get(ref["name"])
                 if backend is None or ref["weight"] == 0:
                     continue  # unresolved (ResolvedRefs says so), or no share of traffic
+                upstream = upstreams[backend.name]
+                problem = upstream if isinstance(upstream, str) else _model_problem(backend, match)
+                if problem is not None:
+                    out.gaps.append(Gap(index, backend.name, problem))
+                    continue
                 if ref["priority"] != lowest:
                     out.gaps.append(
                         Gap(
@@ -206,11 +211,6 @@ def build(route: api.Route, backends: Backends) -> _Built:
                             f"priority {lowest} is rendered",
                         )
                     )
-                    continue
-                upstream = upstreams[backend.name]
-                problem = upstream if isinstance(upstream, str) else _model_problem(backend, match)
-                if problem is not None:
-                    out.gaps.append(Gap(index, backend.name, problem))
                     continue
                 assert isinstance(upstream, _Upstream)
                 picks.append((upstream, ref["weight"], backend.name))
