@@ -1,7 +1,7 @@
 """A real Envoy, for tests and ``rotator dev``, run the way the gateway runs it: its working
 directory the folder a route-config Secret is mounted at (every path in the bootstrap relative
-to it), started once and never restarted, so that a test sees what the Pod would: a reload is Envoy's own, on the
-``..data`` swap, with the same PID.
+to it), started once and never restarted, so that a test sees what the Pod would: a reload is
+Envoy's own, on the ``..data`` swap, with the same PID.
 
 The test learns what it needs through Envoy's admin interface, which is added on the command
 line (``--config-yaml`` merges into the bootstrap) rather than written into the rendered
