@@ -212,6 +212,13 @@ def build_parser(prog: str = "rotator") -> argparse.ArgumentParser:
         "0 or a taken port: a free one, printed)",
     )
     dev.add_argument(
+        "--envoy-port",
+        type=int,
+        default=10000,
+        help="the Envoy gateway's listener, 127.0.0.1:PORT (default 10000; 0 or a taken port: a "
+        "free one, printed)",
+    )
+    dev.add_argument(
         "--admin-port",
         type=int,
         default=4001,
@@ -430,6 +437,7 @@ def _dev(args: argparse.Namespace) -> int:
         config=config,
         lifetime=args.lifetime,
         gateway_port=args.gateway_port,
+        envoy_port=args.envoy_port,
         admin_port=args.admin_port,
     )
     live: list[table.LiveTable] = []

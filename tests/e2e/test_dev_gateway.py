@@ -1,6 +1,8 @@
-"""`rotator dev`'s gateway as a user meets it: one printed address that stays true for the whole
-run, carrying all four credential types LiteLLM takes through their rotations, with no failed
-request.
+"""`rotator dev`'s gateways as a user meets them: printed addresses that stay true for the whole
+run, carrying all four credential types through their rotations, with no failed request — the
+LiteLLM gateway (a proxy restarted behind one address for each rotation) and, beside it, the
+Envoy gateway (one Envoy for the whole run, reloading each credential file the dev kit lays out
+as the kubelet would: the same PID from start to end).
 
 A client in a process of its own (tests/support/devclient.py) sends 4 requests a second
 through the printed address, over the four models of config/samples/litellm.yaml, while the
@@ -61,6 +63,14 @@ MODELS = {
     "gemini-2.0-flash": "GCPCredentials",
 }
 """config/samples/litellm.yaml's models → the credential type of the backend serving each."""
+ENVOY_MODELS = {
+    "gpt-4o-mini": "APIKey",
+    gl.CLAUDE: "AWSCredentials",
+    "gpt-4.1-mini": "AzureCredentials",
+    "google/gemini-2.0-flash": "GCPCredentials",
+}
+"""config/samples/envoy.yaml's models (Vertex AI's named with its publisher: Envoy sends the body
+as it is)."""
 POLICIES = {
     "APIKey": "openai",
     "AWSCredentials": "bedrock-web-identity",
@@ -144,6 +154,8 @@ def test_dev_gateway_one_address_every_type_through_rotations_no_failed_request(
                 str(LIFETIME),
                 "--gateway-port",
                 "0",
+                "--envoy-port",
+                "0",
                 "--admin-port",
                 "0",
                 "--metrics-bind-address",
@@ -158,6 +170,7 @@ def test_dev_gateway_one_address_every_type_through_rotations_no_failed_request(
             start_new_session=True,  # its own process group, which a Ctrl-C reaches as a whole
         )
     client: subprocess.Popen[bytes] | None = None
+    envoy_client: subprocess.Popen[bytes] | None = None
     hand: subprocess.Popen[str] | None = None
     litellm_log = None
     try:
@@ -185,7 +198,17 @@ def test_dev_gateway_one_address_every_type_through_rotations_no_failed_request(
             interval=0.5,
             what="the gateway's address and curl",
         )
+        envoy_address = wait_for(
+            lambda: (
+                (g := re.search(r"gateway for Route default/envoy \(Envoy\): (\S+),", text()))
+                and g.group(1)
+            ),
+            timeout=120,
+            interval=0.5,
+            what="the Envoy gateway's address",
+        )
         gateway_port = int(address.rsplit(":", 1)[1])
+        envoy_port = int(envoy_address.rsplit(":", 1)[1])
         admin_port = int(admin.rsplit(":", 1)[1])
 
         minted: set[str] = set()
@@ -214,9 +237,27 @@ def test_dev_gateway_one_address_every_type_through_rotations_no_failed_request(
             cwd=REPO,
             start_new_session=True,
         )
+        envoy_results = tmp_path / "envoy-requests.jsonl"
+        envoy_client = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tests.support.devclient",
+                envoy_address,
+                str(envoy_results),
+                str(RATE),
+                *ENVOY_MODELS,
+            ],
+            # a key Envoy must remove: a backend gets only what rotator minted for it
+            env={**os.environ, "PYTHONPATH": str(REPO), "DEV_GATEWAY_KEY": key},
+            cwd=REPO,
+            start_new_session=True,
+        )
+        envoy_pid = get_json(f"{admin}/status")["gateways"][envoy_address]["pid"]
         api = clients.Client(restconfig.load(kubeconfig))
         rotations: gl.Rotations = {kind: [] for kind in MODELS.values()}
         switches: dict[str, set[float]] = {model: set() for model in MODELS}
+        envoy_switches: dict[str, set[float]] = {model: set() for model in ENVOY_MODELS}
         secrets: set[str] = set()
         steps = hand_rotation_steps()
         shell_env = {
@@ -230,10 +271,10 @@ def test_dev_gateway_one_address_every_type_through_rotations_no_failed_request(
             f'kubectl() {{ {kubectl} "$@"; }}; '
         )
 
-        def requests_so_far() -> list[dict[str, Any]]:
-            """The client's lines written so far (the last one may be half written)."""
+        def requests_so_far(out: Path = results) -> list[dict[str, Any]]:
+            """A client's lines written so far (the last one may be half written)."""
             found = []
-            for line in results.read_text().splitlines() if results.exists() else []:
+            for line in out.read_text().splitlines() if out.exists() else []:
                 try:
                     found.append(json.loads(line))
                 except ValueError:
@@ -254,9 +295,11 @@ def test_dev_gateway_one_address_every_type_through_rotations_no_failed_request(
                 value = gl.record(rotations, kind, derived)
                 if value:
                     secrets.add(value)
-            status = get_json(f"{admin}/status")["gateways"][address]
-            for model, row in status["models"].items():
+            gateways = get_json(f"{admin}/status")["gateways"]
+            for model, row in gateways[address]["models"].items():
                 switches[model].update(row.get("rotationsAt") or [])
+            for model, row in gateways[envoy_address]["models"].items():
+                envoy_switches[model].update(row.get("rotationsAt") or [])
             if hand is None and all(len(rotations[k]) >= 2 for k in WANTED if k != "APIKey"):
                 hand = subprocess.Popen(
                     ["bash", "-c", prelude + "\n".join(steps)],
@@ -273,27 +316,46 @@ def test_dev_gateway_one_address_every_type_through_rotations_no_failed_request(
             if not all(gl.served(rotations[k], seen[k]) >= n for k, n in WANTED.items()):
                 return False
             lines = requests_so_far()
+            envoy_lines = requests_so_far(envoy_results)
             return all(
-                len(first_client_uses(lines, rotations, seen, switches, model)) >= WANTED[kind]
+                len(first_client_uses(lines, rotations, seen, switches, model, kind))
+                >= WANTED[kind]
                 for model, kind in MODELS.items()
+            ) and all(
+                len(
+                    first_client_uses(
+                        envoy_lines, rotations, seen, envoy_switches, model, kind, laid_out=True
+                    )
+                )
+                >= WANTED[kind]
+                for model, kind in ENVOY_MODELS.items()
             )
 
         wait_for(observe, timeout=420, interval=0.5, what="every type's rotations served")
         assert hand is not None
         hand_output = hand.communicate(timeout=10)[0]
         assert hand.returncode == 0, hand_output
-        client.send_signal(signal.SIGTERM)
+        for c in (client, envoy_client):
+            c.send_signal(signal.SIGTERM)
         assert client.wait(120) == 0
+        assert envoy_client.wait(120) == 0
         seen = upstream_seen(admin)
         lines = [json.loads(x) for x in results.read_text().splitlines()]
+        envoy_lines = [json.loads(x) for x in envoy_results.read_text().splitlines()]
+        envoy_status = get_json(f"{admin}/status")["gateways"][envoy_address]
         printed = report(lines, rotations, seen, switches, hand_output)
+        printed += "\n" + report_envoy(envoy_lines, rotations, seen, envoy_switches, envoy_status)
         print(printed)
         print(f"dev gateway test: {time.monotonic() - began:.0f} s so far")
         secrets |= issued()
         scanner = leaks.Scanner({**leaks.MINTED.values(), "test": secrets})
         assert scanner.leaks({"test output": printed, "dev log": text()}) == []
-        failed = [x for x in lines if x["status"] != 200]
+        failed = [x for x in lines + envoy_lines if x["status"] != 200]
         assert failed == [], Counter((x["model"], x["status"], x.get("body")) for x in failed)
+        assert len(envoy_lines) >= RATE * 60, "at least a minute of traffic through Envoy"
+        # one Envoy from start to end: never restarted, its credentials reloaded in place
+        assert (envoy_status["pid"], envoy_status["starts"]) == (envoy_pid, 1), envoy_status
+        assert envoy_status["serving"] is True
         assert len(lines) >= RATE * 60, "at least a minute of traffic at the rate"
         # every request each stand-in received carried a credential it accepts: none expired
         # (the old API key after step 4 included), unknown or missing. ``refused``: a current
@@ -311,8 +373,13 @@ def test_dev_gateway_one_address_every_type_through_rotations_no_failed_request(
         # ... and client requests used each new credential, not only the new proxy's readiness
         # completions: a request started after the switch to the proxy carrying it
         for model, kind in MODELS.items():
-            uses = first_client_uses(lines, rotations, seen, switches, model)
+            uses = first_client_uses(lines, rotations, seen, switches, model, kind)
             assert len(uses) >= WANTED[kind], (kind, printed)
+        for model, kind in ENVOY_MODELS.items():
+            uses = first_client_uses(
+                envoy_lines, rotations, seen, envoy_switches, model, kind, laid_out=True
+            )
+            assert len(uses) >= WANTED[kind], ("Envoy", kind, printed)
         status = get_json(f"{admin}/status")
         label = upstreams.ModelUpstream.label
         assert label("sk-dev-second-key") in status["openaiKeys"]
@@ -330,6 +397,7 @@ def test_dev_gateway_one_address_every_type_through_rotations_no_failed_request(
         )
         assert not Path(folder).exists(), "no temporary folder left"
         assert free(gateway_port), "the gateway's port is free"
+        assert free(envoy_port), "the Envoy gateway's port is free"
         assert free(admin_port), "the admin port is free"
         tail = litellm_log.read().decode(errors="replace")
         assert "Traceback" not in tail, tail[-3000:]
@@ -338,7 +406,7 @@ def test_dev_gateway_one_address_every_type_through_rotations_no_failed_request(
         assert "Traceback" not in text(), text()[-3000:]
         print(f"dev gateway test: {time.monotonic() - began:.0f} s in all")
     finally:
-        for p in (hand, client):
+        for p in (hand, client, envoy_client):
             if p is not None and p.poll() is None:
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait()
@@ -377,7 +445,7 @@ def report(
     for model, kind in MODELS.items():
         mine = [x for x in lines if x["model"] == model]
         to_upstream = gl.lags(rotations[kind], seen[kind])
-        to_client = first_client_uses(lines, rotations, seen, switches, model)
+        to_client = first_client_uses(lines, rotations, seen, switches, model, kind)
         out.append(
             f"  {kind:17} sent {len(mine):4} failed {sum(x['status'] != 200 for x in mine)} "
             f"rotations {len(rotations[kind]) - 1} "
@@ -393,24 +461,54 @@ def report(
     return "\n".join(out)
 
 
+def report_envoy(
+    lines: list[dict[str, Any]],
+    rotations: gl.Rotations,
+    seen: dict[str, list[upstreams.Seen]],
+    switches: dict[str, set[float]],
+    status: dict[str, Any],
+) -> str:
+    """Per type through the Envoy gateway: requests sent and failed, rotations, and the longest
+    time from a rotation to the first client request started after the dev kit laid the new
+    credential file out; and Envoy's PID and starts (one: never restarted)."""
+    out = [
+        f"rotator dev Envoy gateway: one Envoy, pid {status['pid']}, started "
+        f"{status['starts']} time(s), a client in its own process at 4 req/s"
+    ]
+    for model, kind in ENVOY_MODELS.items():
+        mine = [x for x in lines if x["model"] == model]
+        to_client = first_client_uses(lines, rotations, seen, switches, model, kind, laid_out=True)
+        out.append(
+            f"  {kind:17} sent {len(mine):4} failed {sum(x['status'] != 200 for x in mine)} "
+            f"rotations through Envoy {len(to_client)} "
+            f"longest rotation→first client request through Envoy {_s(to_client)}"
+        )
+    return "\n".join(out)
+
+
 def first_client_uses(
     lines: list[dict[str, Any]],
     rotations: gl.Rotations,
     seen: dict[str, list[upstreams.Seen]],
     switches: dict[str, set[float]],
     model: str,
+    kind: str,
+    *,
+    laid_out: bool = False,
 ) -> list[float]:
     """Per rotation of ``model``'s credential that reached its stand-in, and whose new
     credential a client request then used, the time from the rotation to that request: the
     first one started after the first switch seen, after that first upstream use, that changed
-    the model's credential."""
-    kind = MODELS[model]
+    the model's credential. ``laid_out``: the switches are the Envoy gateway's, the times the
+    dev kit laid a changed credential file out, which Envoy uses at once, so the first switch
+    after the rotation itself (a LiteLLM proxy's readiness uses the credential before its switch).
+    """
     starts = sorted(x["start"] for x in lines if x["model"] == model)
     found = []
     for at, label in rotations[kind][1:]:
         if (first := gl.seen_by(seen[kind], label)) is None:
             continue
-        switch = min((s for s in switches[model] if s >= first), default=None)
+        switch = min((s for s in switches[model] if s >= (at if laid_out else first)), default=None)
         if switch is None:
             continue
         after = [t for t in starts if t >= switch]

@@ -38,12 +38,15 @@ class DevEnvironment:
         config: Path,
         lifetime: int = 180,
         gateway_port: int = gateways.DEFAULT_PORT,
+        envoy_port: int = gateways.DEFAULT_ENVOY_PORT,
         admin_port: int = admin.DEFAULT_PORT,
     ) -> None:
-        """``gateway_port``, ``admin_port``: on 127.0.0.1, when free (0: any free port)."""
+        """``gateway_port``, ``envoy_port``, ``admin_port``: on 127.0.0.1, when free (0: any
+        free port)."""
         self.config = config
         self.lifetime = lifetime
         self.gateway_port = gateway_port
+        self.envoy_port = envoy_port
         self.admin_port = admin_port
         self.admin: admin.DevAdmin | None = None
         self.control_plane = LocalControlPlane(assets)
@@ -64,7 +67,11 @@ class DevEnvironment:
             manifests.install_crds(api, self.config)
             self._wait_for_default_service_account(api)
             self.gateways = gateways.DevGateways(
-                self._folder("gateways"), self.standins, out=sys.stdout, port=self.gateway_port
+                self._folder("gateways"),
+                self.standins,
+                out=sys.stdout,
+                port=self.gateway_port,
+                envoy_port=self.envoy_port,
             )
             self._started.append(self.gateways)
             manifests.apply(api, self._samples(), namespace=NAMESPACE)

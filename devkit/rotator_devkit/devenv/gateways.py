@@ -23,6 +23,7 @@ import functools
 import hashlib
 import json
 import secrets
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -36,12 +37,16 @@ from controllers.reconcilers import api as rapi
 from controllers.runtime import client as clients
 from controllers.runtime import clock as clocks
 from controllers.runtime import errors, objects
-from rotator_devkit.devenv import front, gateway
+from rotator_devkit.devenv import envoygateway, front, gateway
+from rotator_devkit.devenv.envoyproc import envoy_binary
 from rotator_devkit.devenv.providers import ProviderStandIns
 from rotator_devkit.devenv.standins import upstreams
 
 MARK = "dev.rotator.dev/gateway"
-"""On a sample Route: ``LiteLLM`` runs a LiteLLM gateway for it under ``rotator dev``."""
+"""On a sample Route: ``LiteLLM`` runs a LiteLLM gateway for it under ``rotator dev``, ``Envoy``
+an Envoy (:mod:`.envoygateway`)."""
+LITELLM = "LiteLLM"
+ENVOY = "Envoy"
 
 STAND_INS = {
     "OpenAI": "openai",
@@ -57,6 +62,8 @@ SETTLE = 15.0
 (:meth:`DevGateways._settled`)."""
 DEFAULT_PORT = 4000
 """The gateway's port (LiteLLM's own default), when free."""
+DEFAULT_ENVOY_PORT = 10000
+"""The Envoy gateway's port (Envoy's customary one), when free."""
 
 
 @dataclass(frozen=True)
@@ -99,13 +106,16 @@ class DevGateways:
         *,
         out: TextIO,
         port: int = DEFAULT_PORT,
+        envoy_port: int = DEFAULT_ENVOY_PORT,
         now: Callable[[], float] = time.time,
     ) -> None:
-        """``standins``: started, with their model API stand-ins; ``port``: the first gateway's
-        (0: a free one; a taken one falls back to a free one, which is printed)."""
+        """``standins``: started, with their model API stand-ins; ``port``: the first LiteLLM
+        gateway's, ``envoy_port`` the first Envoy's (0: a free one; a taken one falls back to a
+        free one, which is printed)."""
         self.folder = folder
         self.out = out
         self.port = port
+        self.envoy_port = envoy_port
         self.now = now
         self.master_key = "sk-dev-" + secrets.token_urlsafe(16)
         self.standins = standins
@@ -114,6 +124,8 @@ class DevGateways:
         self._routes: dict[str, dict[str, str]] = {}  # marked Route → model → backend
         self._schemas: dict[str, str] = {}  # backend → schema
         self._gateways: dict[str, _Gateway] = {}
+        self._envoy_routes: dict[str, tuple[dict[str, str], int]] = {}  # route → models, port
+        self._envoys: dict[str, envoygateway.EnvoyGateway] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -121,13 +133,14 @@ class DevGateways:
     def prepare(self, docs: list[dict[str, Any]], namespace: str) -> list[dict[str, Any]]:
         """Points the marked Routes' backends at the stand-ins, and registers the API keys of
         the samples' Secrets with the OpenAI one; returns ``docs``, changed in place."""
+        available = {LITELLM: gateway.executable() is not None, ENVOY: envoy_binary() is not None}
         marked = [
             d
             for d in docs
             if d["kind"] == "Route"
-            and (d["metadata"].get("annotations") or {}).get(MARK) == "LiteLLM"
+            and available.get((d["metadata"].get("annotations") or {}).get(MARK, ""), False)
         ]
-        if not marked or gateway.executable() is None:
+        if not marked:
             return docs
         names = {
             ref["name"]
@@ -160,14 +173,31 @@ class DevGateways:
                 for match in rule.get("matches") or [{"modelName": "*"}]:
                     if "modelName" in match:
                         models.setdefault(match["modelName"], rule["backendRefs"][0]["name"])
-            self._routes[f"{namespace}/{route['metadata']['name']}"] = models
+            key = f"{namespace}/{route['metadata']['name']}"
+            if route["metadata"]["annotations"][MARK] == ENVOY:
+                wanted = self.envoy_port if not self._envoy_routes else 0
+                port = wanted if wanted and _free(wanted) else _free_port()
+                output = route["spec"].setdefault("output", {})
+                output["envoy"] = {"address": "127.0.0.1", "port": port}
+                self._envoy_routes[key] = ({m: b for m, b in models.items() if m != "*"}, port)
+            else:
+                self._routes[key] = models
         return docs
 
     def start(self, api: clients.Client) -> None:
         """Opens each gateway's address (503 until its first proxy serves) and starts watching
         the route configurations."""
-        if not self._routes:
+        if not self._routes and not self._envoy_routes:
             return
+        for route, (models, port) in sorted(self._envoy_routes.items()):
+            self._envoys[route] = envoygateway.EnvoyGateway(
+                route,
+                self.folder / route.split("/", 1)[1],
+                port=port,
+                models=models,
+                now=self.now,
+                say=self._print,
+            )
         for n, (route, models) in enumerate(sorted(self._routes.items())):
             folder = self.folder / route.split("/", 1)[1]
             folder.mkdir(parents=True, exist_ok=True)
@@ -195,6 +225,8 @@ class DevGateways:
         for g in self._gateways.values():
             with contextlib.suppress(Exception):
                 g.proxies.stop()
+        for e in self._envoys.values():
+            e.stop()
 
     def rows(self) -> list[Row]:
         """Every model of every gateway, for the live table."""
@@ -219,6 +251,10 @@ class DevGateways:
                             last_request=last.get(stand_in),
                         )
                     )
+            for _, e in sorted(self._envoys.items()):
+                for model, backend in e.models.items():
+                    stand_in = STAND_INS.get(self._schemas.get(backend, ""), "")
+                    out.append(Row(e.url, model, backend, e.rotated.get(model), last.get(stand_in)))
         return out
 
     def holds(self, value: str) -> bool:
@@ -226,7 +262,7 @@ class DevGateways:
         once it is False after a rotation, no request can carry the old key any more."""
         return any(
             value in p.config_text for g in self._gateways.values() for p in g.proxies.running()
-        )
+        ) or any(e.holds(value) for e in self._envoys.values())
 
     def status(self) -> dict[str, Any]:
         """Each gateway: its address, proxies started and running, and per model its backend,
@@ -250,6 +286,10 @@ class DevGateways:
                 proxiesStarted=gw.proxies.rolls,
                 proxiesRunning=len(gw.proxies.running()),
             )
+        for e in self._envoys.values():
+            for model, times in e.history.items():
+                answer[e.url]["models"][model]["rotationsAt"] = list(times)
+            answer[e.url].update(e.status())
         return answer
 
     def _loop(self, api: clients.Client) -> None:
@@ -257,6 +297,10 @@ class DevGateways:
             for g in self._gateways.values():
                 with contextlib.suppress(errors.ApiError, OSError, RuntimeError, TimeoutError):
                     self._reconcile(api, g)
+            for e in self._envoys.values():
+                with contextlib.suppress(errors.ApiError, OSError, RuntimeError, TimeoutError):
+                    if e.reconcile(api) and self.on_change is not None:
+                        self.on_change()
             self._stop.wait(0.5)
 
     def _reconcile(self, api: clients.Client, g: _Gateway) -> None:
@@ -351,6 +395,23 @@ def curl(url: str, master_key: str, model: str) -> str:
         f"curl -sS {url}/v1/chat/completions -H 'Authorization: Bearer {master_key}' "
         f"-H 'Content-Type: application/json' -d '{body}'"
     )
+
+
+def _free(port: int) -> bool:
+    """Whether ``port`` of 127.0.0.1 can be bound now (Envoy binds its listener later, from the
+    configuration rendered with it)."""
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def _rfc3339(at: float | None) -> str | None:

@@ -495,6 +495,12 @@ def _file_name(prefix: str, name: str, suffix: str) -> str:
     return f"{prefix}{hashlib.sha256(name.encode()).hexdigest()[:32]}{suffix}"
 
 
+def credential_files(backend: str) -> tuple[str, str]:
+    """The keys a backend's credential can be written under (its SDS file, its AWS credentials
+    file): what a rotation of its policy changes, for a consumer that reports rotations."""
+    return _file_name("sds-", backend, ".yaml"), _file_name("aws-", backend, ".credentials")
+
+
 def _watched(path: str) -> dict[str, Any]:
     return {"path_config_source": {"path": path, "watched_directory": WATCHED}}
 
