@@ -576,7 +576,7 @@ def test_every_sample_route_rendered_for_envoy_passes_envoy_validate(tmp_path: P
         r = route(rules)
         backends = {
             ref["name"]: base.ResolvedBackend(
-                ref["name"], specs[ref["name"]], credentials.get(ref["name"])
+                ref["name"], cast(api.BackendSpec, specs[ref["name"]]), credentials.get(ref["name"])
             )
             for rule in rules
             for ref in rule["backendRefs"]
