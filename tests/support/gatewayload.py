@@ -306,8 +306,11 @@ class Load:
         self._threads[0].start()
 
     def _run(self) -> None:
+        """Request ``n`` starts ``n / rate`` seconds after the first, so the rate holds however
+        long starting a thread takes (a wait of ``1 / rate`` after each would fall behind)."""
         n = 0
-        while not self._stop.wait(1 / self.rate):
+        began = time.monotonic()
+        while not self._stop.wait(max(0.0, began + (n + 1) / self.rate - time.monotonic())):
             model = self.models[n % len(self.models)]
             n += 1
             worker = threading.Thread(target=self._one, args=(model,), daemon=True)
