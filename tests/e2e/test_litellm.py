@@ -16,7 +16,6 @@ old one stopped after its requests finished (rotator_devkit.devenv.gateway.Rolli
 
 from __future__ import annotations
 
-import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -92,58 +91,20 @@ def config_text(chain: AWSChain) -> str | None:
     return gl.config_text(secret)
 
 
-class Load:
-    """A steady load through the gateway: every request's model, start and outcome. Whatever a
-    request raises is its outcome (a failure with status 0: ``http.client.IncompleteRead`` from a
-    proxy stopped mid-reply is no OSError), and :attr:`started` counts the requests begun, so a
-    request that recorded nothing, or still ran when the load stopped, shows as missing."""
+def through(proxies: gateway.RollingGateway) -> gl.Send:
+    """A chat request through whichever proxy serves now (held while it runs, so that a roll
+    stops that proxy only after the request)."""
 
-    def __init__(self, proxies: gateway.RollingGateway) -> None:
-        self.proxies = proxies
-        self.results: list[tuple[str, float, int]] = []
-        self.failures: list[tuple[str, int, str]] = []
-        self.started = 0
-        self._stop = threading.Event()
-        self._threads: list[threading.Thread] = []
-
-    def start(self) -> None:
-        self._threads.append(threading.Thread(target=self._run, daemon=True))
-        self._threads[0].start()
-
-    def _run(self) -> None:
-        models = list(MODELS)
-        n = 0
-        while not self._stop.wait(1 / gl.RATE):
-            model = models[n % len(models)]
-            n += 1
-            worker = threading.Thread(target=self._one, args=(model,), daemon=True)
-            self._threads.append(worker)
-            self.started += 1
-            worker.start()
-
-    def _one(self, model: str) -> None:
-        started = time.time()
-        status, body = 0, "no outcome"
+    def send(model: str) -> tuple[int, str]:
+        proxy = proxies.enter()
+        if proxy is None:
+            return 0, "no proxy"
         try:
-            proxy = self.proxies.enter()
-            if proxy is None:
-                body = "no proxy"
-                return
-            try:
-                status, body = proxy.chat(model)
-            finally:
-                self.proxies.leave(proxy)
-        except BaseException as exc:
-            body = f"{type(exc).__name__}: {str(exc)[:200]}"
+            return proxy.chat(model)
         finally:
-            self.results.append((model, started, status))
-            if status != 200:
-                self.failures.append((model, status, body[:300]))
+            proxies.leave(proxy)
 
-    def stop(self) -> None:
-        self._stop.set()
-        for thread in list(self._threads):
-            thread.join(60)
+    return send
 
 
 @pytest.mark.e2e
@@ -164,7 +125,7 @@ def test_litellm_serves_every_credential_type_across_rotations_with_no_failed_re
         leaks.MINTED.add_source(f"the {name} model stand-in", up.issued_values)
     chain.remember(MASTER_KEY, *KEYS)
     proxies = gateway.RollingGateway(tmp_path, master_key=MASTER_KEY)
-    load = Load(proxies)
+    load = gl.Load(through(proxies))
     try:
         openai_up.accept(KEYS[0])
         chain.secret("openai-key", apiKey=KEYS[0])
@@ -201,7 +162,7 @@ def test_litellm_serves_every_credential_type_across_rotations_with_no_failed_re
         """Starts so far when a configuration with the new key was first handed over: every
         later start has it (a pending configuration is only ever replaced by a newer one)."""
         while time.monotonic() < watch_until:
-            record_rotations(chain, rotations)
+            gl.record_rotations(chain, rotations)
             if not rotated_key and len(rotations["AWSCredentials"]) >= 2:
                 # the API key's rotation, as OpenAI allows it: both keys valid, then the old one
                 # retired once the gateway sends only the new one
@@ -222,13 +183,13 @@ def test_litellm_serves_every_credential_type_across_rotations_with_no_failed_re
                     if key_rolled_at is None and KEYS[1] in text:
                         key_rolled_at = proxies.rolls
                     proxies.roll(text, wait=False)
-            if retired and gl.all_served(rotations, seen(ups)):
+            if retired and gl.all_served(rotations, gl.seen(ups)):
                 break
             time.sleep(0.5)  # polling the control plane, bounded by watch_until
         load.stop()
-        record_rotations(chain, rotations)
+        gl.record_rotations(chain, rotations)
         title = f"LiteLLM load test: {proxies.rolls} proxy starts (LiteLLM reads config.yaml once)"
-        printed = gl.report(title, load.results, load.failures, rotations, seen(ups))
+        printed = gl.report(title, load.results, load.failures, rotations, gl.seen(ups))
         print(printed)
         # what the gateway wrote (its log: LiteLLM's and its launcher's; the configurations it
         # read are removed once read) holds no credential it carried; the controller's logs,
@@ -244,10 +205,10 @@ def test_litellm_serves_every_credential_type_across_rotations_with_no_failed_re
         )
         assert load.failures == [], Counter((m, st, b[:160]) for m, st, b in load.failures)
         # EXPIRED for the OpenAI stand-in: the old key sent after its overlap (accept(KEYS[1]))
-        gl.check_upstreams(seen(ups))
+        gl.check_upstreams(gl.seen(ups))
         assert retired, "the old API key was never retired"
         for kind, n in gl.WANTED.items():
-            assert gl.served(rotations[kind], seen(ups)[kind]) >= n, (kind, printed)
+            assert gl.served(rotations[kind], gl.seen(ups)[kind]) >= n, (kind, printed)
     finally:
         load.stop()
         proxies.stop()
@@ -263,17 +224,3 @@ def written_by_the_gateway(folder: Path) -> dict[str, str]:
         for path in sorted(folder.rglob("*"))
         if path.is_file()
     }
-
-
-def record_rotations(chain: AWSChain, rotations: gl.Rotations) -> None:
-    """Each new credential of each policy: when it was issued and its upstream label."""
-    for kind, policy in gl.POLICIES.items():
-        value = gl.record(rotations, kind, chain.get("secret", rapi.derived_secret_name(policy)))
-        if value is not None:
-            chain.remember(value)
-        elif kind == "AWSCredentials":
-            chain.aws_keys(policy)  # remembers the secret key and session token
-
-
-def seen(ups: dict[str, upstreams.ModelUpstream]) -> dict[str, list[upstreams.Seen]]:
-    return {kind: up.seen_snapshot() for kind, up in ups.items()}

@@ -1,7 +1,9 @@
-"""What the two LiteLLM load tests share — tests/e2e/test_litellm.py (the proxy as processes
-beside envtest) and tests/kind/test_litellm.py (the proxy as a Deployment in kind): the Route
-under test, one model per credential type LiteLLM supports; the rotations each policy made, read
-from its derived Secret; which of them reached the upstream stand-in; and the figures printed.
+"""What the gateway load tests share — tests/e2e/test_litellm.py (the proxy as processes
+beside envtest), tests/kind/test_litellm.py (the proxy as a Deployment in kind) and
+tests/e2e/test_envoy.py (Envoy reloading the files of its config Secret): the Route under test,
+one model per credential type LiteLLM supports; the steady load through the gateway
+(:class:`Load`); the rotations each policy made, read from its derived Secret; which of them
+reached the upstream stand-in; and the figures printed.
 
 Credentials are named by :meth:`upstreams.ModelUpstream.label` (a hash prefix) or, for AWS, by
 the access key id, never by their bytes: a label can be printed and compared across processes.
@@ -10,6 +12,7 @@ the access key id, never by their bytes: a label can be printed and compared acr
 from __future__ import annotations
 
 import base64
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -18,6 +21,7 @@ from typing import Any
 from controllers.reconcilers import api as rapi
 from controllers.runtime import clock as clocks
 from rotator_devkit.devenv.standins import upstreams
+from tests.support.chain import AWSChain
 
 ROUTE = "llm"
 DEPLOYMENT = "litellm"
@@ -223,12 +227,14 @@ def per_type(
     failures: Sequence[tuple[str, int, str]],
     rotations: Rotations,
     seen: Mapping[str, Sequence[upstreams.Seen]],
+    *,
+    models: Mapping[str, str] = MODELS,
 ) -> dict[str, dict[str, Any]]:
     """The figures by credential type: requests sent and failed, rotations, the longest time
     from a rotation to the first upstream request with the new credential (None when none
-    reached it), the upstream's verdicts."""
+    reached it), the upstream's verdicts. ``models``: model → credential type, as sent."""
     figures: dict[str, dict[str, Any]] = {}
-    for model, kind in MODELS.items():
+    for model, kind in models.items():
         waits = lags(rotations[kind], seen[kind])
         figures[kind] = {
             "sent": sum(1 for m, _, _ in results if m == model),
@@ -246,16 +252,20 @@ def report(
     failures: Sequence[tuple[str, int, str]],
     rotations: Rotations,
     seen: Mapping[str, Sequence[upstreams.Seen]],
+    *,
+    models: Mapping[str, str] = MODELS,
+    restarts: str = "restart needed: yes",
 ) -> str:
-    """:func:`per_type`'s figures as lines under ``title``."""
+    """:func:`per_type`'s figures as lines under ``title``; ``restarts`` says what a rotation
+    cost the gateway (LiteLLM: a new proxy each time; Envoy: none)."""
     lines = [f"\n{title}"]
-    for kind, f in per_type(results, failures, rotations, seen).items():
+    for kind, f in per_type(results, failures, rotations, seen, models=models).items():
         longest = f["longest_rotation_to_use_s"]
         lines.append(
             f"  {kind:17} sent {f['sent']:4} failed {f['failed']} rotations {f['rotations']} "
             f"longest rotation→first upstream use "
             f"{'-' if longest is None else f'{longest:.1f}'} s "
-            f"restart needed: yes; upstream verdicts {f['verdicts']}"
+            f"{restarts}; upstream verdicts {f['verdicts']}"
         )
     return "\n".join(lines)
 
@@ -267,3 +277,76 @@ def check_upstreams(seen: Mapping[str, Sequence[upstreams.Seen]]) -> None:
         verdicts = Counter(s.verdict for s in received)
         assert verdicts[upstreams.EXPIRED] == 0, (kind, verdicts)
         assert verdicts[upstreams.CURRENT] > 0, (kind, verdicts)
+
+
+Send = Callable[[str], tuple[int, str]]
+"""One chat completion of a model through the gateway: its status and (bounded) body."""
+
+
+class Load:
+    """A steady load through a gateway, from threads of the test's process (one per request, so
+    a slow answer delays no other): ``rate`` requests per second over ``models`` in turn, each
+    request's model, start and outcome. Whatever a request raises is its outcome (a failure with
+    status 0: ``http.client.IncompleteRead`` from a proxy stopped mid-reply is no OSError), and
+    :attr:`started` counts the requests begun, so a request that recorded nothing, or still ran
+    when the load stopped, shows as missing."""
+
+    def __init__(self, send: Send, *, models: Sequence[str] = tuple(MODELS), rate: float = RATE):
+        self.send = send
+        self.models = list(models)
+        self.rate = rate
+        self.results: list[tuple[str, float, int]] = []
+        self.failures: list[tuple[str, int, str]] = []
+        self.started = 0
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    def start(self) -> None:
+        self._threads.append(threading.Thread(target=self._run, daemon=True))
+        self._threads[0].start()
+
+    def _run(self) -> None:
+        """Request ``n`` starts ``n / rate`` seconds after the first, so the rate holds however
+        long starting a thread takes (a wait of ``1 / rate`` after each would fall behind)."""
+        n = 0
+        began = time.monotonic()
+        while not self._stop.wait(max(0.0, began + (n + 1) / self.rate - time.monotonic())):
+            model = self.models[n % len(self.models)]
+            n += 1
+            worker = threading.Thread(target=self._one, args=(model,), daemon=True)
+            self._threads.append(worker)
+            self.started += 1
+            worker.start()
+
+    def _one(self, model: str) -> None:
+        started = time.time()
+        status, body = 0, "no outcome"
+        try:
+            status, body = self.send(model)
+        except BaseException as exc:
+            body = f"{type(exc).__name__}: {str(exc)[:200]}"
+        finally:
+            self.results.append((model, started, status))
+            if status != 200:
+                self.failures.append((model, status, body[:300]))
+
+    def stop(self) -> None:
+        self._stop.set()
+        for thread in list(self._threads):
+            thread.join(60)
+
+
+def record_rotations(chain: AWSChain, rotations: Rotations) -> None:
+    """Each new credential of each policy: when it was issued and its upstream label (the
+    values remembered for the chain's leak scan)."""
+    for kind, policy in POLICIES.items():
+        value = record(rotations, kind, chain.get("secret", rapi.derived_secret_name(policy)))
+        if value is not None:
+            chain.remember(value)
+        elif kind == "AWSCredentials":
+            chain.aws_keys(policy)  # remembers the secret key and session token
+
+
+def seen(ups: Mapping[str, upstreams.ModelUpstream]) -> dict[str, list[upstreams.Seen]]:
+    """What each model API stand-in received so far, by credential type."""
+    return {kind: up.seen_snapshot() for kind, up in ups.items()}

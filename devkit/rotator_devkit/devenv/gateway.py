@@ -205,22 +205,7 @@ class LiteLLMProxy:
 
     def chat(self, model: str, *, timeout: float = 30.0) -> tuple[int, str]:
         """One chat completion through the proxy: its status and (bounded) body."""
-        body = json.dumps({"model": model, "messages": [{"role": "user", "content": "hi"}]})
-        request = urllib.request.Request(  # noqa: S310 - loopback
-            f"{self.url}/v1/chat/completions",
-            data=body.encode(),
-            headers={
-                "Authorization": f"Bearer {self.master_key}",
-                "Content-Type": "application/json",
-            },
-        )
-        try:
-            with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310
-                return response.status, response.read(2000).decode(errors="replace")
-        except urllib.error.HTTPError as exc:
-            return exc.code, exc.read(2000).decode(errors="replace")
-        except OSError as exc:
-            return 0, type(exc).__name__
+        return chat(self.url, model, bearer=self.master_key, timeout=timeout)
 
     def curl(self, model: str) -> str:
         """A shell line that sends a chat request through this proxy."""
@@ -240,6 +225,25 @@ class LiteLLMProxy:
                 time.sleep(0.1)  # waiting for the process to end, with a deadline
             if not self.running():
                 return
+
+
+def chat(url: str, model: str, *, bearer: str, timeout: float = 30.0) -> tuple[int, str]:
+    """One OpenAI-style chat completion at ``url`` (any gateway speaking the OpenAI API, LiteLLM
+    or Envoy), sent with ``Authorization: Bearer <bearer>`` as a client would: its status and
+    (bounded) body; status 0 with the error's type when no answer came."""
+    body = json.dumps({"model": model, "messages": [{"role": "user", "content": "hi"}]})
+    request = urllib.request.Request(  # noqa: S310 - loopback
+        f"{url}/v1/chat/completions",
+        data=body.encode(),
+        headers={"Authorization": f"Bearer {bearer}", "Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310
+            return response.status, response.read(2000).decode(errors="replace")
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read(2000).decode(errors="replace")
+    except OSError as exc:
+        return 0, type(exc).__name__
 
 
 class RollingGateway:
