@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.atomicwriter import AtomicWriter
+from tests.support.polling import wait_for
 
 VERSION = re.compile(r"^\.\.\d{4}_\d{2}_\d{2}_\d{2}_\d{2}_\d{2}\.\d+$")
 
@@ -85,18 +86,26 @@ def test_a_reader_sees_the_old_or_the_new_content_never_a_missing_or_partial_fil
 ) -> None:
     """Many swaps while a reader opens ``<dir>/<key>`` in a loop: every read is one whole
     version's content (each version's content is distinct and long enough that a torn read
-    would show)."""
+    would show), and the file is there at every open. One exception, which the kubelet's writer
+    has too: an open that resolved ``..data`` to the previous version just before that version's
+    folder was removed finds nothing; it is retried at once and must then succeed, and such
+    misses must stay rare (an unlink-then-rename swap misses on most reads)."""
     writer = AtomicWriter(tmp_path)
     contents = [(f"version {i} " * 200).encode() for i in range(200)]
     writer.write({"key": contents[0]})
     done = threading.Event()
     seen: list[bytes] = []
+    misses: list[int] = []
     failures: list[BaseException] = []
 
     def read() -> None:
         try:
             while not done.is_set():
-                seen.append((tmp_path / "key").read_bytes())
+                try:
+                    seen.append((tmp_path / "key").read_bytes())
+                except FileNotFoundError:
+                    misses.append(len(seen))
+                    seen.append((tmp_path / "key").read_bytes())  # at once: must be there now
         except BaseException as exc:  # any failure is the finding
             failures.append(exc)
 
@@ -104,7 +113,10 @@ def test_a_reader_sees_the_old_or_the_new_content_never_a_missing_or_partial_fil
     reader.start()
     try:
         for content in contents[1:]:
+            before = len(seen)
             assert writer.write({"key": content, "other": content[:10]})
+            # the reader reads between swaps (the GIL would otherwise let the writer run ahead)
+            wait_for(lambda n=before: len(seen) > n or bool(failures), timeout=10, interval=0)
             if failures:
                 break
     finally:
@@ -112,7 +124,8 @@ def test_a_reader_sees_the_old_or_the_new_content_never_a_missing_or_partial_fil
         reader.join(timeout=30)
     assert not reader.is_alive()
     assert failures == []
-    assert len(seen) > 1
+    assert len(seen) >= len(contents) - 1
+    assert len(misses) <= len(contents) // 10, misses
     valid = set(contents)
     assert all(s in valid for s in seen)
     assert (tmp_path / "key").read_bytes() == contents[-1]
