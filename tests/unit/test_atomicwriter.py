@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import re
 import stat
+import functools
 import threading
 from pathlib import Path
 
@@ -109,6 +110,9 @@ def test_a_reader_sees_the_old_or_the_new_content_never_a_missing_or_partial_fil
         except BaseException as exc:  # any failure is the finding
             failures.append(exc)
 
+    def read_since(count: int) -> bool:
+        return len(seen) > count or bool(failures)
+
     reader = threading.Thread(target=read)
     reader.start()
     try:
@@ -116,7 +120,7 @@ def test_a_reader_sees_the_old_or_the_new_content_never_a_missing_or_partial_fil
             before = len(seen)
             assert writer.write({"key": content, "other": content[:10]})
             # the reader reads between swaps (the GIL would otherwise let the writer run ahead)
-            wait_for(lambda n=before: len(seen) > n or bool(failures), timeout=10, interval=0)
+            wait_for(functools.partial(read_since, before), timeout=10, interval=0)
             if failures:
                 break
     finally:
