@@ -5,10 +5,10 @@ The Envoy reload test trusts this layout to be what a Pod sees, so it is pinned 
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import stat
-import functools
 import threading
 from pathlib import Path
 
