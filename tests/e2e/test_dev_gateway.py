@@ -38,7 +38,7 @@ from rotator_devkit.devenv import gateway
 from rotator_devkit.devenv.standins import upstreams
 from tests.support import gatewayload as gl
 from tests.support import leaks, required
-from tests.support.polling import wait_for
+from tests.support.polling import Timeout, wait_for
 from tests.support.proc import REPO
 
 pytestmark = pytest.mark.local_control_plane
@@ -331,7 +331,20 @@ def test_dev_gateway_one_address_every_type_through_rotations_no_failed_request(
                 for model, kind in ENVOY_MODELS.items()
             )
 
-        wait_for(observe, timeout=420, interval=0.5, what="every type's rotations served")
+        def wait_served() -> None:
+            """Every type's rotations served; else a failure with what was, per gateway."""
+            try:
+                wait_for(observe, timeout=420, interval=0.5, what="every type's rotations served")
+            except Timeout:
+                seen = upstream_seen(admin)
+                envoy_status = get_json(f"{admin}/status")["gateways"][envoy_address]
+                partial = report(requests_so_far(), rotations, seen, switches, "(not finished)")
+                partial += "\n" + report_envoy(
+                    requests_so_far(envoy_results), rotations, seen, envoy_switches, envoy_status
+                )
+                raise AssertionError(f"hand rotation: {hand and hand.poll()}\n{partial}") from None
+
+        wait_served()
         assert hand is not None
         hand_output = hand.communicate(timeout=10)[0]
         assert hand.returncode == 0, hand_output

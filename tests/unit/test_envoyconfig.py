@@ -7,9 +7,14 @@ Every configuration here is also checked by the envoy 1.40 binary (``--mode vali
 from __future__ import annotations
 
 import base64
+import http.server
+import json
 import shutil
+import socket
 import subprocess
 import sys
+import threading
+import urllib.request
 from pathlib import Path
 from typing import Any, cast
 
@@ -20,6 +25,9 @@ from controllers.reconcilers import api
 from controllers.reconcilers.route import configsecret
 from controllers.reconcilers.route.formats import base, envoy
 from tests.support import required
+from tests.support.atomicwriter import AtomicWriter
+from tests.support.envoyproc import EnvoyProcess
+from tests.support.polling import wait_for
 from tests.unit.test_route_reconciler import NS, World
 
 SECRET = "sk-never-in-routing-0123"
@@ -587,3 +595,180 @@ def test_every_sample_route_rendered_for_envoy_passes_envoy_validate(tmp_path: P
         folder = tmp_path / str(n)
         folder.mkdir()
         validate(rendered, folder)
+
+
+# --- what a hostile read found (each proven against a live Envoy first) --------------------------
+
+
+def listener_manager(rendered: base.Rendered) -> dict[str, Any]:
+    listener = yaml.safe_load(rendered.files[envoy.LISTENERS])["resources"][0]
+    return cast(dict[str, Any], listener["filter_chains"][0]["filters"][0]["typed_config"])
+
+
+def test_a_route_to_a_cluster_not_loaded_yet_does_not_refuse_the_listener() -> None:
+    """Envoy reads lds.yaml before cds.yaml on a swap: with cluster validation on, a new
+    backend's route was refused with the whole listener, and the old routes stayed."""
+    rendered = envoy.render(
+        route([model("m", ("a", 1, 0))]), {"a": backend("a", credentials=key())}
+    )
+    assert listener_manager(rendered)["route_config"]["validate_clusters"] is False
+
+
+def test_paths_are_normalised_before_routing_and_escaped_slashes_refused() -> None:
+    rendered = envoy.render(
+        route([model("m", ("a", 1, 0))]), {"a": backend("a", credentials=key())}
+    )
+    manager = listener_manager(rendered)
+    assert (manager["normalize_path"], manager["merge_slashes"]) == (True, True)
+    assert manager["path_with_escaped_slashes_action"] == "REJECT_REQUEST"
+    rules = manager["http_filters"][0]["typed_config"]["request_rules"]
+    assert "application/json; charset=utf-8" in rules["allow_content_types"]
+    removed = manager["route_config"]["virtual_hosts"][0]["request_headers_to_remove"]
+    assert {"openai-organization", "x-goog-user-project", "cookie"} <= set(removed)
+
+
+@pytest.mark.parametrize("sni", ["s" * 300, "bad\x00name", "a b", "-leading"])
+def test_an_sni_envoy_would_refuse_is_a_gap_not_a_listener_down(sni: str) -> None:
+    backends = {
+        "good": backend("good", credentials=key()),
+        "bad": backend("bad", credentials=key(), tls={"enabled": True, "sni": sni}),
+    }
+    rendered = envoy.render(
+        route([model("m", ("good", 1, 0)), model("n", ("bad", 1, 0))]), backends
+    )
+    assert [(g.backend, g.what.split(" ")[0]) for g in rendered.gaps] == [("bad", "tls.sni")]
+    assert sorted(clusters_of(rendered)) == ["good"]
+
+
+def test_an_address_that_is_not_an_ip_binds_loopback_and_is_a_gap() -> None:
+    rendered = envoy.render(
+        route([model("m", ("a", 1, 0))], envoy={"address": "1.2.3", "port": 18000}),
+        {"a": backend("a", credentials=key())},
+    )
+    socket = yaml.safe_load(rendered.files[envoy.LISTENERS])["resources"][0]["address"]
+    assert socket["socket_address"]["address"] == "127.0.0.1"
+    assert rendered.gaps[0].what.startswith("spec.output.envoy.address is not an IP address")
+
+
+def test_a_weight_below_a_millionth_is_a_gap() -> None:
+    r = route([model("m", ("tiny", 1, 0), ("big", 3_000_000, 0))])
+    rendered = envoy.render(r, {n: backend(n, credentials=key()) for n in ("tiny", "big")})
+    assert [(g.backend, g.what.split(":")[0]) for g in rendered.gaps] == [("tiny", "weight 1")]
+
+
+def test_the_lowest_priority_is_of_the_backends_a_match_can_use() -> None:
+    """A priority-0 Vertex AI backend the match's model cannot reach leaves priority 1 rendered."""
+    r = route([model("gemini", ("vx", 1, 0), ("oa", 1, 1))])
+    backends = {
+        "vx": backend("vx", "GCPVertexAI", token("GCPCredentials")),
+        "oa": backend("oa", credentials=key()),
+    }
+    rendered = envoy.render(r, backends)
+    assert [x["route"]["cluster"] for x in routes_of(rendered)] == ["oa"]
+    assert [g.backend for g in rendered.gaps] == ["vx"]
+
+
+def test_a_route_too_large_to_write_is_not_built_and_says_so() -> None:
+    """64 rules of 16 long matches and 32 backends: building it took 10 s and 540 MB at every
+    reconcile; now it is a gap, found from the spec alone."""
+    names = [f"b{i}" for i in range(32)]
+    rules = [
+        {
+            "matches": [{"modelName": f"{r}-{m}-" + "x" * 600} for m in range(16)],
+            "backendRefs": refs(*((n, 1, 0) for n in names)),
+        }
+        for r in range(64)
+    ]
+    backends = {n: backend(n, credentials=key()) for n in names}
+    rendered = envoy.render(route(rules), backends)
+    assert [g.what.split(" ")[0:2] for g in rendered.gaps] == [["the", "rules"]]
+    assert routes_of(rendered) == []
+    assert len(rendered.files[envoy.LISTENERS]) < 10_000
+
+
+def test_hashed_file_names_never_meet_a_real_backends_name() -> None:
+    long = "x" * 300
+    hashed = envoy.credential_files(long)[0]
+    assert "_" in hashed
+    assert envoy.credential_files(hashed[4:-5])[0] != hashed
+
+
+def test_adding_a_backend_to_a_running_envoy_routes_to_it(tmp_path: Path) -> None:
+    """Live: a Route edited to add a rule for a new backend, laid out as the kubelet does, takes
+    effect in the running Envoy (with cluster validation on, Envoy kept the old routes)."""
+    echo = Echo()
+    try:
+        port = free_port()
+        ep: Any = {"host": "127.0.0.1", "port": echo.port, "tls": {"enabled": False}}
+        first = route(
+            [{"backendRefs": refs(("a", 1, 0))}], envoy={"address": "127.0.0.1", "port": port}
+        )
+        backends = {n: backend(n, credentials=key(f"key-{n}"), **ep) for n in ("a", "b")}
+        mount = tmp_path / "mount"
+        writer = AtomicWriter(mount)
+        writer.write({k: v.encode() for k, v in envoy.render(first, backends).data().items()})
+        with EnvoyProcess(mount, log=tmp_path / "envoy.log") as proxy:
+            proxy.wait_ready()
+            assert wait_for(lambda: echo.ask(port, "b"), timeout=30) == "Bearer key-a"
+            pid = proxy.pid
+            second = route(
+                [model("b", ("b", 1, 0)), {"backendRefs": refs(("a", 1, 0))}],
+                envoy={"address": "127.0.0.1", "port": port},
+            )
+            writer.write({k: v.encode() for k, v in envoy.render(second, backends).data().items()})
+            assert wait_for(lambda: echo.ask(port, "b") == "Bearer key-b", timeout=30)
+            assert echo.ask(port, "other") == "Bearer key-a"
+            assert proxy.pid == pid
+            assert (
+                proxy.stats("listener_manager.lds.update_rejected").get(
+                    "listener_manager.lds.update_rejected", 0
+                )
+                == 0
+            )
+    finally:
+        echo.close()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Echo:
+    """A loopback HTTP server answering each request with the Authorization header it got."""
+
+    def __init__(self) -> None:
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                body = (self.headers.get("Authorization") or "").encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *_: Any) -> None:
+                return
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = int(self.server.server_address[1])
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def ask(self, port: int, model_name: str) -> str | None:
+        """What the backend behind Envoy saw for a request of ``model_name`` (None: no answer)."""
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}/v1/chat/completions",
+            data=json.dumps({"model": model_name}).encode(),
+            headers={"Content-Type": "application/json", "Authorization": "Bearer client"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=5) as answer:
+                return cast(str, answer.read().decode())
+        except OSError:
+            return None
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()

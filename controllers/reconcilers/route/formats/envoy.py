@@ -117,14 +117,32 @@ VERTEX_ROOT = "/v1/projects/{project}/locations/{region}/endpoints/openapi/"
 
 CLIENT_CREDENTIAL_HEADERS = (
     "authorization",
+    "proxy-authorization",
+    "cookie",
     "api-key",
     "x-api-key",
     "x-goog-api-key",
+    "x-goog-user-project",
+    "openai-organization",
+    "openai-project",
     "x-amz-security-token",
     "x-amz-date",
     "x-amz-content-sha256",
 )
-"""Removed from every request: a backend gets only the credential rotator minted for it."""
+"""Removed from every request: a backend gets only the credential rotator minted for it, and a
+client does not pick the organisation, project or billing project it is used against."""
+
+JSON_CONTENT_TYPES = (
+    "application/json",
+    "application/json; charset=utf-8",
+    "application/json;charset=utf-8",
+    "application/json; charset=UTF-8",
+    "application/json;charset=UTF-8",
+)
+"""What ``json_to_metadata`` reads (it compares the whole header; no content type is read too). A
+body it does not read — another type, not a JSON object, a ``model`` that is not a string — has
+no model: it matches no ``modelName`` rule, as a request without a model, and goes to a rule
+without matches or a ``pathPrefix`` one, or is answered 404."""
 
 BODY_LIMIT = 32 * 1024 * 1024
 """Per connection buffer: ``json_to_metadata`` reads the whole body before routing, and Envoy's
@@ -142,6 +160,7 @@ _PROJECT = re.compile(
     r"(?:[a-z0-9-]{1,63}(?:\.[a-z0-9-]{1,63}){0,8}:)?[a-z][a-z0-9-]{4,28}[a-z0-9]|[0-9]{1,20}"
 )
 """As :data:`.litellm._PROJECT`: a project ID or number, never ``/``, ``..``, ``?`` or ``%``."""
+_HOSTNAME = re.compile(r"(?=.{1,253}\Z)[A-Za-z0-9](?:[-A-Za-z0-9.]*[A-Za-z0-9])?")
 _FILE_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
 _MAX_KEY = 253
 
@@ -154,11 +173,25 @@ class Listener:
     port: int
 
 
+LOOPBACK = "127.0.0.1"
+
+
 def listener(route: api.Route) -> Listener:
+    """Where the listener binds; loopback when ``spec.output.envoy.address`` is not an IP address
+    (the CRD refuses one; a listener Envoy cannot bind would take every rule down)."""
     spec = (route["spec"].get("output") or {}).get("envoy") or {}
-    return Listener(
-        str(spec.get("address") or DEFAULT_ADDRESS), int(spec.get("port") or DEFAULT_PORT)
-    )
+    address = str(spec.get("address") or DEFAULT_ADDRESS)
+    if not _is_ip(address):
+        address = LOOPBACK
+    return Listener(address, int(spec.get("port") or DEFAULT_PORT))
+
+
+def _is_ip(value: str) -> bool:
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        return False
+    return True
 
 
 @dataclass(frozen=True)
@@ -183,38 +216,30 @@ def build(route: api.Route, backends: Backends) -> _Built:
     """The listener's routes, the clusters and credential files, and what is left out; no YAML
     (the reconciler asks for the gaps alone when the configuration in place is up to date)."""
     out = _Built([], {}, {}, [])
+    if (address := _address_problem(route)) is not None:
+        out.gaps.append(Gap(0, None, address))
+    if (size := _estimated_size(route)) > MAX_ESTIMATE:
+        out.gaps.append(
+            Gap(
+                0,
+                None,
+                f"the rules would make about {size} bytes of Envoy routes (a route per match "
+                f"and backend), over the {MAX_ESTIMATE} a config Secret can hold: no rule is "
+                "rendered",
+            )
+        )
+        return out
     upstreams: dict[str, _Upstream | str] = {}
     for index, rule in enumerate(route["spec"]["rules"]):
         for ref in rule["backendRefs"]:
             backend = backends.get(ref["name"])
             if backend is not None and backend.name not in upstreams:
                 upstreams[backend.name] = _upstream(backend)
-        lowest = _lowest_priority(rule, upstreams)
         for match in _matches(rule):
-            picks: list[tuple[_Upstream, int, str]] = []
-            for ref in rule["backendRefs"]:
-                backend = backends.get(ref["name"])
-                if backend is None or ref["weight"] == 0:
-                    continue  # unresolved (ResolvedRefs says so), or no share of traffic
-                upstream = upstreams[backend.name]
-                problem = upstream if isinstance(upstream, str) else _model_problem(backend, match)
-                if problem is not None:
-                    out.gaps.append(Gap(index, backend.name, problem))
-                    continue
-                if ref["priority"] != lowest:
-                    out.gaps.append(
-                        Gap(
-                            index,
-                            backend.name,
-                            f"priority {ref['priority']}: Envoy fails over between endpoints of "
-                            "one cluster, not between backends with their own credentials; only "
-                            f"priority {lowest} is rendered",
-                        )
-                    )
-                    continue
-                assert isinstance(upstream, _Upstream)
-                picks.append((upstream, ref["weight"], backend.name))
-            out.routes.extend(_routes(index, match, picks))
+            picks = _picks(
+                index, rule, match, backends=backends, upstreams=upstreams, gaps=out.gaps
+            )
+            out.routes.extend(_routes(index, match, picks, out.gaps))
             for upstream, _, name in picks:
                 out.clusters[name] = upstream.cluster
                 out.files.update(upstream.files)
@@ -222,6 +247,73 @@ def build(route: api.Route, backends: Backends) -> _Built:
             break  # it takes every request: the rules after it are unreachable
     out.gaps = list(dict.fromkeys(out.gaps))
     return out
+
+
+def _picks(
+    index: int,
+    rule: api.Rule,
+    match: dict[str, Any],
+    *,
+    backends: Backends,
+    upstreams: Mapping[str, _Upstream | str],
+    gaps: list[Gap],
+) -> list[tuple[_Upstream, int, str]]:
+    """The backends a match routes to, with their weights: those that resolved, have a share
+    of traffic and that Envoy can reach for this match, of the lowest priority among them."""
+    usable: list[tuple[_Upstream, api.BackendRef]] = []
+    for ref in rule["backendRefs"]:
+        backend = backends.get(ref["name"])
+        if backend is None or ref["weight"] == 0:
+            continue  # unresolved (ResolvedRefs says so), or no share of traffic
+        upstream = upstreams[backend.name]
+        problem = upstream if isinstance(upstream, str) else _model_problem(backend, match)
+        if problem is not None:
+            gaps.append(Gap(index, backend.name, problem))
+            continue
+        assert isinstance(upstream, _Upstream)
+        usable.append((upstream, ref))
+    lowest = min((ref["priority"] for _, ref in usable), default=0)
+    for _, ref in usable:
+        if ref["priority"] != lowest:
+            gaps.append(
+                Gap(
+                    index,
+                    ref["name"],
+                    f"priority {ref['priority']}: Envoy fails over between endpoints of one "
+                    "cluster, not between backends with their own credentials; only priority "
+                    f"{lowest} is rendered",
+                )
+            )
+    return [(u, ref["weight"], ref["name"]) for u, ref in usable if ref["priority"] == lowest]
+
+
+MAX_ESTIMATE = 4 * 1024 * 1024
+"""Above this estimate of the routes' bytes nothing is built: the configuration could not be
+written anyway (a Secret holds 1 MiB), and building it took 10 s and 540 MB for a 1.4 MB Route
+(64 rules of 16 matches and 32 backends), at every reconcile, since it is never in place."""
+_ROUTE_BYTES = 400
+"""About what one rendered route takes beyond its strings (YAML of match, fraction, action)."""
+
+
+def _estimated_size(route: api.Route) -> int:
+    """The routes' bytes, roughly, from the spec alone: a route per match and backend."""
+    total = 0
+    for rule in route["spec"]["rules"]:
+        refs = rule["backendRefs"]
+        names = sum(len(ref["name"]) for ref in refs)
+        for match in rule.get("matches") or [{}]:
+            strings = len(match.get("modelName", "")) + len(match.get("pathPrefix", ""))
+            total += len(refs) * (_ROUTE_BYTES + strings) + 2 * names
+    return total
+
+
+def _address_problem(route: api.Route) -> str | None:
+    spec = (route["spec"].get("output") or {}).get("envoy") or {}
+    if "address" in spec and not _is_ip(str(spec["address"])):
+        return (
+            f"spec.output.envoy.address is not an IP address: the listener binds {LOOPBACK} instead"
+        )
+    return None
 
 
 def _matches(rule: api.Rule) -> list[dict[str, Any]]:
@@ -242,16 +334,6 @@ def _matches(rule: api.Rule) -> list[dict[str, Any]]:
     return found
 
 
-def _lowest_priority(rule: api.Rule, upstreams: Mapping[str, _Upstream | str]) -> int | None:
-    """The priority a rule's traffic goes to: the lowest of its backends that Envoy can reach."""
-    priorities = [
-        ref["priority"]
-        for ref in rule["backendRefs"]
-        if ref["weight"] and isinstance(upstreams.get(ref["name"]), _Upstream)
-    ]
-    return min(priorities) if priorities else None
-
-
 def _model_problem(backend: ResolvedBackend, match: Mapping[str, Any]) -> str | None:
     if backend.spec["schema"] != VERTEX or "dynamic_metadata" not in match:
         return None
@@ -266,7 +348,10 @@ def _model_problem(backend: ResolvedBackend, match: Mapping[str, Any]) -> str | 
 
 
 def _routes(
-    index: int, match: dict[str, Any], picks: Sequence[tuple[_Upstream, int, str]]
+    index: int,
+    match: dict[str, Any],
+    picks: Sequence[tuple[_Upstream, int, str]],
+    gaps: list[Gap],
 ) -> list[dict[str, Any]]:
     """One Envoy route per pick, weights as cumulative runtime fractions (see the module's
     docstring); a 503 when nothing is left to route to."""
@@ -284,13 +369,25 @@ def _routes(
     total = sum(weight for _, weight, _ in picks)
     routes: list[dict[str, Any]] = []
     cumulative = 0
+    previous = 0
     for position, (upstream, weight, name) in enumerate(picks):
         cumulative += weight
+        numerator = cumulative * 1_000_000 // total
+        if numerator == previous and position < len(picks) - 1:
+            gaps.append(
+                Gap(
+                    index,
+                    name,
+                    f"weight {weight}: below a millionth of the match's weights, the finest "
+                    "share Envoy draws; it gets no traffic",
+                )
+            )
+        previous = numerator
         envoy_match = copy.deepcopy(match)  # no YAML anchors: each route its own
         if position < len(picks) - 1:
             envoy_match["runtime_fraction"] = {
                 "default_value": {
-                    "numerator": cumulative * 1_000_000 // total,
+                    "numerator": numerator,
                     "denominator": "MILLION",
                 },
                 "runtime_key": f"rotator.weights.rule{index}.{position}",
@@ -313,19 +410,9 @@ def _upstream(backend: ResolvedBackend) -> _Upstream | str:
     """How Envoy reaches ``backend``, or why it cannot."""
     schema = backend.spec["schema"]
     c = backend.credentials
-    if schema == VERTEX:
-        if c is None or c.gcp is None:
-            return "no GCPCredentials policy: a Vertex AI request's project and region come from it"
-        root: str | None = _vertex_root(c.gcp)
-        if root is None:
-            return (
-                "gcpCredentials.projectName or region cannot be put in a Vertex AI path (a "
-                "project ID or number, and a location of lowercase letters, digits and hyphens)"
-            )
-    else:
-        root = API_ROOTS.get(schema)
-    if root is None:
-        return f"schema {schema}: no OpenAI-compatible endpoint Envoy can route to"
+    root = _root(schema, c)
+    if root.startswith("!"):
+        return root[1:]
     filters: list[dict[str, Any]] = []
     files: dict[str, str] = {}
     if c is not None:
@@ -335,8 +422,12 @@ def _upstream(backend: ResolvedBackend) -> _Upstream | str:
     elif schema in ("AWSBedrock", "AzureOpenAI"):
         return f"no credential: schema {schema} takes none of its requests without one"
     endpoint = backend.spec["endpoint"]
-    secure = bool((endpoint.get("tls") or {}).get("enabled", True))
+    tls = endpoint.get("tls") or {}
+    secure = bool(tls.get("enabled", True))
     host, port = endpoint["host"], int(endpoint["port"])
+    if secure and "sni" in tls and _HOSTNAME.fullmatch(str(tls["sni"])) is None:
+        # Envoy refuses the cluster (over 255 bytes, a NUL), and with it the listener on start
+        return "tls.sni is not a host name (letters, digits, '-' and '.', at most 253)"
     shown = f"[{host}]" if ":" in host else host
     default_port = 443 if secure else 80
     return _Upstream(
@@ -344,6 +435,19 @@ def _upstream(backend: ResolvedBackend) -> _Upstream | str:
         files,
         root,
         shown if port == default_port else f"{shown}:{port}",
+    )
+
+
+def _root(schema: str, c: ResolvedCredentials | None) -> str:
+    """The API root ``/v1/`` becomes for a ``schema`` backend; ``!`` and why, when none."""
+    if schema != VERTEX:
+        root = API_ROOTS.get(schema)
+        return root or f"!schema {schema}: no OpenAI-compatible endpoint Envoy can route to"
+    if c is None or c.gcp is None:
+        return "!no GCPCredentials policy: a Vertex AI request's project and region come from it"
+    return _vertex_root(c.gcp) or (
+        "!gcpCredentials.projectName or region cannot be put in a Vertex AI path (a project ID "
+        "or number, and a location of lowercase letters, digits and hyphens)"
     )
 
 
@@ -492,7 +596,8 @@ def _file_name(prefix: str, name: str, suffix: str) -> str:
     invalid key."""
     if _FILE_NAME.fullmatch(name) and len(prefix) + len(name) + len(suffix) <= _MAX_KEY:
         return f"{prefix}{name}{suffix}"
-    return f"{prefix}{hashlib.sha256(name.encode()).hexdigest()[:32]}{suffix}"
+    # "_" is in no object name: a hashed file never takes the name of another backend's
+    return f"{prefix}_{hashlib.sha256(name.encode()).hexdigest()[:32]}{suffix}"
 
 
 def credential_files(backend: str) -> tuple[str, str]:
@@ -597,6 +702,12 @@ def listeners(route: api.Route, routes: list[dict[str, Any]]) -> dict[str, Any]:
         "@type": _TYPE
         + "extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
         "stat_prefix": "rotator",
+        # the path as the backend will read it, before matching and the /v1/ rewrite: dot
+        # segments and doubled slashes resolved, escaped slashes refused, so no path leaves the
+        # API root a route rewrites to (Vertex AI's project and region)
+        "normalize_path": True,
+        "merge_slashes": True,
+        "path_with_escaped_slashes_action": "REJECT_REQUEST",
         "http_filters": [
             {
                 "name": "envoy.filters.http.json_to_metadata",
@@ -613,6 +724,7 @@ def listeners(route: api.Route, routes: list[dict[str, Any]]) -> dict[str, Any]:
                                 },
                             }
                         ],
+                        "allow_content_types": list(JSON_CONTENT_TYPES),
                         "allow_empty_content_type": True,
                     },
                 },
@@ -624,6 +736,9 @@ def listeners(route: api.Route, routes: list[dict[str, Any]]) -> dict[str, Any]:
         ],
         "route_config": {
             "name": "rotator",
+            # Envoy applies lds.yaml before cds.yaml on a swap: a route to a cluster that arrives
+            # a moment later must not refuse the whole listener (it kept the old routes, seen)
+            "validate_clusters": False,
             "virtual_hosts": [
                 {
                     "name": "rotator",
