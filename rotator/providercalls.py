@@ -139,9 +139,11 @@ class ProviderCalls:
 
         Observes exactly one code for a call that got a slot: ``200``, the failure's code, the
         type name of an exception the classifier does not know (re-raised unchanged), or
-        ``DeadlineExceeded``. A call the bulkhead refuses never reached the provider: it raises
-        ProviderUnavailable (code ``BulkheadFull``) and is not observed. ``abandon=False``:
-        wait for ``fn`` however long it takes (a non-idempotent call; see the module docstring).
+        ``DeadlineExceeded``; with the seconds from the slot to that outcome (0 for a call begun
+        past a shared deadline, not made). A call the bulkhead refuses never reached the
+        provider: it raises ProviderUnavailable (code ``BulkheadFull``) and is not observed.
+        ``abandon=False``: wait for ``fn`` however long it takes (a non-idempotent call; see the
+        module docstring).
 
         ``bulkhead`` replaces the provider's (a host's, of a provider with many); ``deadline``
         (on ``monotonic``) replaces now plus the provider's deadline, for calls that share one
@@ -155,40 +157,42 @@ class ProviderCalls:
         else:
             at, remaining = deadline, deadline - self._monotonic()
         if remaining <= 0:
-            self._observe(call, DEADLINE_EXCEEDED)
+            self._observe(call, DEADLINE_EXCEEDED, None)
             raise errors.ProviderUnavailable(
                 f"{what} not attempted: the {self._deadline:g} s deadline passed",
                 code=DEADLINE_EXCEEDED,
             )
         slots.acquire(wait=min(slots.wait, remaining))
+        began = time.perf_counter()  # the call's duration, from its slot (the deadline's clock
+        # is the injected one; this is a measurement, always the real clock)
         if not abandon:
             try:
                 value = fn()
             except BaseException as exc:
-                self._failed(call, what, exc)
+                self._failed(call, what, exc, began)
             finally:
                 slots.release()
-            self._observe(call, "200")
+            self._observe(call, "200", began)
             return value
         future = start(fn, release=slots.release, name=f"{self.provider} {call}")
         while not future.done():
             remaining = at - self._monotonic()
             if remaining <= 0 and not future.done():
-                self._observe(call, DEADLINE_EXCEEDED)
+                self._observe(call, DEADLINE_EXCEEDED, began)
                 raise self._too_late(what)
             wait([future], timeout=max(0.0, remaining))
         raised = future.exception()
         if raised is not None:
-            self._failed(call, what, raised)
-        self._observe(call, "200")
+            self._failed(call, what, raised, began)
+        self._observe(call, "200", began)
         return future.result()
 
-    def _failed(self, call: str, what: str, exc: BaseException) -> NoReturn:
+    def _failed(self, call: str, what: str, exc: BaseException, began: float) -> NoReturn:
         failure = self._classify(exc) if isinstance(exc, Exception) else None
         if failure is None:
-            self._observe(call, type(exc).__name__)
+            self._observe(call, type(exc).__name__, began)
             raise exc
-        self._observe(call, failure.code)
+        self._observe(call, failure.code, began)
         if failure.code == DEADLINE_EXCEEDED:  # a transport that cut itself off at the deadline
             raise self._too_late(what) from None
         kind = errors.ProviderUnavailable if failure.transient else errors.ProviderRejected
@@ -200,8 +204,13 @@ class ProviderCalls:
             f"{what} got no answer within {self._deadline:g} s", code=DEADLINE_EXCEEDED
         )
 
-    def _observe(self, call: str, code: str) -> None:
-        self._observer.provider_request(provider=self.provider, call=call, code=code)
+    def _observe(self, call: str, code: str, began: float | None) -> None:
+        """One observation: ``code``, and the seconds since ``began`` (:func:`time.perf_counter`
+        when the call got its slot; None: not made, 0 s)."""
+        seconds = 0.0 if began is None else time.perf_counter() - began
+        self._observer.provider_request(
+            provider=self.provider, call=call, code=code, seconds=seconds
+        )
 
 
 def start(fn: Callable[[], T], *, release: Callable[[], None], name: str) -> Future[T]:

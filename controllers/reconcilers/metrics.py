@@ -1,4 +1,6 @@
-"""The credential metrics (a contract: docs/api.md, Metrics), on the manager's registry.
+"""rotator's own metrics (a contract: docs/api.md, Metrics), on the manager's registry: the
+credentials' (:class:`CredentialMetrics`, also the engine's provider-call observer) and the Route
+controller's (:class:`RouteMetrics`).
 
 ``rotator_credential_expiration_timestamp_seconds`` and ``..._renewal_timestamp_seconds`` are
 what to alert on: expiry minus now below a few minutes means a consumer is about to hold an
@@ -11,8 +13,9 @@ from __future__ import annotations
 
 import contextlib
 import threading
+from collections.abc import Iterable
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from controllers.runtime.reconcile import Request
 
@@ -20,6 +23,10 @@ from controllers.runtime.reconcile import Request
 # series exist, at 0, from the start, so that increase() counts a first failure too (a series that
 # appears at its first increment has no earlier sample to increase from).
 MINTED_TYPES = ("AWSCredentials", "GCPCredentials", "AzureCredentials")
+
+PROVIDER_DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+"""Seconds: a token endpoint answers in milliseconds to a second; botocore's bounds (5 s connect,
+10 s read, two attempts) and rotator.providercalls.DEADLINE (30 s) are the slow end."""
 
 
 class CredentialMetrics:
@@ -48,6 +55,13 @@ class CredentialMetrics:
             "rotator_provider_requests_total",
             "Calls to credential providers, by provider, call and response code",
             ["provider", "call", "code"],
+            registry=registry,
+        )
+        self.provider_duration = Histogram(
+            "rotator_provider_request_duration_seconds",
+            "Time calls to credential providers took, by provider and call",
+            ["provider", "call"],
+            buckets=PROVIDER_DURATION_BUCKETS,
             registry=registry,
         )
         self._lock = threading.Lock()
@@ -111,5 +125,57 @@ class CredentialMetrics:
         self.rotations.labels(kind, "success" if ok else "failure").inc()
 
     # rotator.observe.Observer
-    def provider_request(self, *, provider: str, call: str, code: str) -> None:
+    def provider_request(self, *, provider: str, call: str, code: str, seconds: float) -> None:
         self.provider_requests.labels(provider, call, code).inc()
+        self.provider_duration.labels(provider, call).observe(max(0.0, seconds))
+
+
+# rotator_route_rollouts_total's kinds (rolloutRestartTargets' enum: route.restarts.WORKLOADS) and
+# results: each kind's failure series exists at 0 from the start, so increase() counts a first one.
+ROLLOUT_KINDS = ("Deployment", "StatefulSet", "DaemonSet")
+ROLLOUT_SUCCESS = "success"
+ROLLOUT_FAILURE = "failure"
+
+
+class RouteMetrics:
+    """The Route controller's: config Secret writes, rollout patches, and the Routes whose
+    ``rolloutRestartTargets`` run a configuration older than their config Secret's."""
+
+    def __init__(self, registry: CollectorRegistry, *, formats: Iterable[str] = ()) -> None:
+        self.config_writes = Counter(
+            "rotator_route_config_writes_total",
+            "Route config Secrets written (created or changed), by output format",
+            ["format"],
+            registry=registry,
+        )
+        for name in formats:  # at 0 from the start: increase() counts each format's first write
+            self.config_writes.labels(name)
+        self.rollouts = Counter(
+            "rotator_route_rollouts_total",
+            "Rollout patches of rolloutRestartTargets, by workload kind and result",
+            ["kind", "result"],
+            registry=registry,
+        )
+        for kind in ROLLOUT_KINDS:
+            self.rollouts.labels(kind, ROLLOUT_FAILURE)
+        self.pending = Gauge(
+            "rotator_route_rollouts_pending",
+            "1 while a Route's rolloutRestartTargets run a configuration older than the one in "
+            "its config Secret, else 0",
+            ["namespace", "route"],
+            registry=registry,
+        )
+
+    def config_written(self, fmt: str) -> None:
+        self.config_writes.labels(fmt).inc()
+
+    def rolled_out(self, kind: str, *, ok: bool) -> None:
+        self.rollouts.labels(kind, ROLLOUT_SUCCESS if ok else ROLLOUT_FAILURE).inc()
+
+    def rollout_pending(self, namespace: str, route: str, pending: bool) -> None:
+        self.pending.labels(namespace, route).set(1 if pending else 0)
+
+    def forget_route(self, namespace: str, route: str) -> None:
+        """The Route is gone, or has no targets: its series goes."""
+        with contextlib.suppress(KeyError):
+            self.pending.remove(namespace, route)

@@ -26,8 +26,9 @@ from controllers.reconcilers.credentialsources.gcp import (
     lazy_application_default,
     lazy_transport,
 )
-from controllers.reconcilers.metrics import CredentialMetrics
+from controllers.reconcilers.metrics import CredentialMetrics, RouteMetrics
 from controllers.reconcilers.policy import wiring as policy_wiring
+from controllers.reconcilers.route import formats as route_formats
 from controllers.reconcilers.route import wiring as route_wiring
 from controllers.reconcilers.tokens import ServiceAccountTokens
 from controllers.runtime import clock as clocks
@@ -124,5 +125,11 @@ def register(
             clock=clock,
         ),
         backend_wiring.setup_with_manager(mgr, chain, workers=o.workers, clock=clock),
-        route_wiring.setup_with_manager(mgr, chain, workers=o.workers, clock=clock),
+        route_wiring.setup_with_manager(
+            mgr,
+            chain,
+            workers=o.workers,
+            clock=clock,
+            metrics=RouteMetrics(mgr.metrics.registry, formats=route_formats.FORMATS),
+        ),
     )

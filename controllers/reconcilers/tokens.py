@@ -17,6 +17,8 @@ happens once per credential lifetime.
 
 from __future__ import annotations
 
+import time
+
 from controllers.reconcilers import api
 from controllers.runtime import apiclient, objects
 from controllers.runtime import errors as api_errors
@@ -69,16 +71,22 @@ class ServiceAccountTokens:
             "kind": "TokenRequest",
             "spec": {"audiences": [audience], "expirationSeconds": seconds},
         }
+        began = time.perf_counter()
         try:
             response = self._api.create(
                 objects.SERVICEACCOUNTS, body, namespace=namespace, name=name, subresource="token"
             )
         except api_errors.ApiError as exc:
             self._observer.provider_request(
-                provider=PROVIDER, call="TokenRequest", code=str(exc.status or type(exc).__name__)
+                provider=PROVIDER,
+                call="TokenRequest",
+                code=str(exc.status or type(exc).__name__),
+                seconds=time.perf_counter() - began,
             )
             raise _mapped(exc, name, "TokenRequest") from None
-        self._observer.provider_request(provider=PROVIDER, call="TokenRequest", code="201")
+        self._observer.provider_request(
+            provider=PROVIDER, call="TokenRequest", code="201", seconds=time.perf_counter() - began
+        )
         return str(response["status"]["token"])
 
     def _check_permitted(self, namespace: str, name: str, policy: str) -> None:

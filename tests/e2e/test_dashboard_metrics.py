@@ -1,16 +1,21 @@
 """Every metric the chart's alerts and Grafana dashboard name is in a real scrape of the running
 controller (``rotator run`` as its own process, its /metrics over HTTP), taken after a policy's
-credential has been minted and a refresh of it has failed (STS down): the failure series, the
-provider's error codes and the histograms' ``_bucket`` series are there then. PromQL names a
+credential has been minted and a refresh of it has failed (STS down), and a Route with a
+Deployment in ``rolloutRestartTargets`` has rolled it out for the new credential: the failure
+series, the provider's error codes, the histograms' ``_bucket`` series and the Route's rollout
+series are there then. PromQL names a
 histogram's series (``..._bucket``), a counter's (``..._total``): the scrape's sample names are
 compared, not its family names. ``up`` is Prometheus's own and never scraped."""
 
 from __future__ import annotations
 
 import contextlib
+from typing import Any
 
 from prometheus_client import parser
 
+from controllers.reconcilers import api as rapi
+from controllers.reconcilers import restarts
 from rotator_devkit.devenv.standins.sts import STSProxy
 from tests.e2e.conftest import ROLE_ARN
 from tests.support import monitoring
@@ -19,6 +24,27 @@ from tests.support.controller import ControllerProcess
 from tests.support.polling import wait_for
 
 VALUE = "__value__"  # each sample's value, among its labels
+ROLLOUT_TIMEOUT = restarts.DEBOUNCE_SECONDS + 60
+
+
+def gateway(name: str, route: str) -> dict[str, Any]:
+    """A Deployment that wants no pod, opted in to Route ``route``'s rollouts."""
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": 0,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {
+                    "labels": {"app": name},
+                    "annotations": {restarts.template_annotation(route): ""},
+                },
+                "spec": {"containers": [{"name": "gateway", "image": "gateway:test"}]},
+            },
+        },
+    }
 
 
 def samples(controller: ControllerProcess) -> dict[str, list[dict[str, str]]]:
@@ -53,12 +79,43 @@ def test_every_metric_the_alerts_and_the_dashboard_name_is_in_a_real_scrape(
     named = monitoring.named_metrics()
     assert "rotator_rotations_total" in named
     assert "controller_runtime_reconcile_time_seconds_bucket" in named
+    assert "rotator_route_rollouts_pending" in named
+    assert "rotator_provider_request_duration_seconds_bucket" in named
     chain.backend("b")
     chain.route("r", ["b"])
+    # a Route that rolls a Deployment out: its first configuration (the backend not ready yet)
+    # is recorded, the one with the minted credential rolled out after the debounce window
+    chain.api.create(restarts.WORKLOADS["Deployment"], gateway("gw", "rolled"), namespace=chain.ns)
+    chain.create(
+        "route",
+        "rolled",
+        {
+            "rules": [{"backendRefs": [{"name": "b"}]}],
+            "rolloutRestartTargets": [{"kind": "Deployment", "name": "gw"}],
+        },
+    )
+    chain.wait_condition(
+        "route", "rolled", rapi.ROLLOUT_RESTARTED, "True", rapi.REASON_FIRST_CONFIGURATION
+    )
     source = {"serviceAccountToken": {"serviceAccountName": "default", "awsRoleArn": ROLE_ARN}}
     chain.aws_policy("sa", ["b"], source)
     chain.wait_condition("policy", "sa", "Ready", "True", "CredentialsReady", timeout=60)
     chain.wait_condition("route", "r", "Programmed", "True", timeout=60)
+    chain.wait_condition(
+        "route", "rolled", rapi.ROLLOUT_RESTARTED, "True", rapi.REASON_RESTARTED, ROLLOUT_TIMEOUT
+    )
+    rolled = samples(controller)
+    pending = [
+        r
+        for r in rolled.get("rotator_route_rollouts_pending", [])
+        if (r["namespace"], r["route"]) == (chain.ns, "rolled")
+    ]
+    assert [r[VALUE] for r in pending] == ["0.0"], "rolled out: nothing pending"
+    assert any(
+        r["kind"] == "Deployment" and r["result"] == "success" and float(r[VALUE]) >= 1
+        for r in rolled["rotator_route_rollouts_total"]
+    )
+    assert any(float(r[VALUE]) >= 2 for r in rolled["rotator_route_config_writes_total"])
     before = samples(controller)["rotator_rotations_total"]
     # Each minted type's failure series is there from the controller's start (at 0 until a
     # failure; another test sharing this controller may have counted some), so increase() counts

@@ -376,6 +376,11 @@ def test_a_workload_that_has_not_opted_in_is_left_alone_until_its_owner_opts_in(
         "value) to its pod template, spec.template.metadata.annotations" in refused["message"]
     )
     assert "Deployment gateway" not in refused["message"]
+    # the gauge RotatorRouteRolloutPending reads, set in the reconcile before the condition
+    pending = {"namespace": chain.ns, "route": "chat"}
+    assert resyncing.metric("rotator_route_rollouts_pending", **pending) == 1.0
+    failed = {"kind": "Deployment", "result": "failure"}
+    assert (resyncing.metric("rotator_route_rollouts_total", **failed) or 0.0) >= 1.0
     deployment = wait_for(lambda: synced(chain, "gateway", 2), what="the opted-in one rolled out")
     assert template_hash(deployment) == second
     if patches is not None:  # retried with backoff, refused each time, one Event
@@ -402,6 +407,7 @@ def test_a_workload_that_has_not_opted_in_is_left_alone_until_its_owner_opts_in(
     )
     bare = wait_for(lambda: synced(chain, "bare", 3), what="the retry rolling it out")
     assert template_hash(bare) == second
+    assert resyncing.metric("rotator_route_rollouts_pending", **pending) == 0.0
     assert synced(chain, "gateway", 2), "the others not again"
 
     chain.secret("key", apiKey="sk-rollout-0000000003")

@@ -47,7 +47,8 @@ def test_the_rules_pass_promtool_check_and_their_unit_tests(
     RotatorReconcileErrors as `rate(...[5m]) > 0` for 15m (the object failing on the retry
     schedule never fires), without its `offset 20m` part (the conflict storm fires), and without
     its job matcher (another operator's errors fire); RotatorNoLeader's `max` as `min` (fires with one leader of two) and
-    its `absent(up ...)` part removed (no replica scraped: quiet)."""
+    its `absent(up ...)` part removed (no replica scraped: quiet); RotatorRouteRolloutPending's
+    `for: 15m` as `for: 10m`, and without its `max by` (a leader handover restarts the wait)."""
     (tmp_path / "check.yaml").write_text(yaml.safe_dump(rules))
     checked = monitoring.run_promtool("check", "rules", str(tmp_path / "check.yaml"))
     assert checked.returncode == 0, checked.stdout + checked.stderr
@@ -203,6 +204,10 @@ def test_the_dashboard_has_the_panels_the_issue_asks_for() -> None:
         "Reconcile errors by controller",
         "Queue depth by controller",
         "Leader",
+        "Provider call latency by provider, 50th and 99th percentile",
+        "Route config writes by format",
+        "Rollouts by kind and result",
+        "Routes with a rollout pending",
     } <= titles
 
 

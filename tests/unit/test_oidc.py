@@ -171,7 +171,7 @@ class Calls:
         self.codes: list[tuple[str, str]] = []
         self.providers: set[str] = set()
 
-    def provider_request(self, *, provider: str, call: str, code: str) -> None:
+    def provider_request(self, *, provider: str, call: str, code: str, seconds: float) -> None:
         self.codes.append((call, code))
         self.providers.add(provider)
 

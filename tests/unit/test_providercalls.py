@@ -41,11 +41,13 @@ class Observed:
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, str, str]] = []
+        self.seconds: list[float] = []
         self._lock = threading.Lock()
 
-    def provider_request(self, *, provider: str, call: str, code: str) -> None:
+    def provider_request(self, *, provider: str, call: str, code: str, seconds: float) -> None:
         with self._lock:
             self.calls.append((provider, call, code))
+            self.seconds.append(seconds)
 
     def codes(self) -> list[str]:
         with self._lock:
@@ -129,6 +131,62 @@ def test_a_call_past_its_deadline_is_given_up_but_keeps_its_slot(
     wait_for(lambda: calls.bulkhead.in_flight == 0, timeout=10, what="the slot given back")
     assert calls.run("Next", lambda: "ok") == "ok"
     assert observed.calls == [("p", "Slow", "DeadlineExceeded"), ("p", "Next", "200")]
+
+
+def test_each_call_is_observed_with_how_long_it_took(release: threading.Event) -> None:
+    """The seconds observed with each code: a call's own time on the real clock, whatever the
+    deadline's clock says; the deadline's wait for an abandoned one; a refused call (bulkhead
+    full) not at all. Through CredentialMetrics, the histogram counts exactly the calls the
+    counter does. Only lower bounds of real time (a loaded machine makes calls slower, never
+    faster), and the JumpingClock's 31 s per read never seen. Mutations caught: the duration
+    taken from the injected clock, observed only on success, or from before the slot."""
+    observed = Observed()
+    calls = ProviderCalls(
+        "p", observer=observed, classify=by_type_name, concurrency=1, slot_wait=0, deadline=0.3
+    )
+
+    def slow(value: str) -> str:
+        time.sleep(0.2)
+        return value
+
+    def slow_failure() -> NoReturn:
+        time.sleep(0.2)
+        raise LookupError("no such role")
+
+    assert calls.run("Ok", functools.partial(slow, "ok")) == "ok"
+    with pytest.raises(errors.ProviderRejected):
+        calls.run("Refused", slow_failure)
+    with pytest.raises(errors.ProviderUnavailable):
+        calls.run("Slow", blocking(threading.Event(), release, "late"))
+    with pytest.raises(errors.ProviderUnavailable):  # the slot is still held: not observed
+        calls.run("Full", lambda: "never")
+    assert observed.codes() == ["200", "NotFound", "DeadlineExceeded"]
+    assert [s >= 0.2 for s in observed.seconds] == [True, True, True]
+    assert observed.seconds[2] >= 0.3 - 0.01, "the wait up to the deadline"
+    release.set()
+
+    jumping = Observed()
+    fast = ProviderCalls("p", observer=jumping, classify=by_type_name, monotonic=JumpingClock(5))
+    assert fast.run("Ok", lambda: "ok") == "ok"
+    assert jumping.seconds[0] < 5, "measured on the real clock, not the deadline's"
+
+    registry = CollectorRegistry()
+    metrics = CredentialMetrics(registry)
+    metered = ProviderCalls("aws-sts", observer=metrics, classify=by_type_name)
+    metered.run("AssumeRole", functools.partial(slow, "ok"))
+    with pytest.raises(errors.ProviderRejected):
+        metered.run("AssumeRole", slow_failure)
+    labels = {"provider": "aws-sts", "call": "AssumeRole"}
+    count = registry.get_sample_value("rotator_provider_request_duration_seconds_count", labels)
+    total = registry.get_sample_value("rotator_provider_request_duration_seconds_sum", labels)
+    assert count == 2.0
+    assert total is not None
+    assert total >= 0.4
+    fast_bucket = {**labels, "le": "0.1"}
+    assert (
+        registry.get_sample_value("rotator_provider_request_duration_seconds_bucket", fast_bucket)
+        == 0.0
+    )
 
 
 def test_the_deadline_is_read_from_the_injected_clock(release: threading.Event) -> None:

@@ -27,6 +27,7 @@ from controllers.reconcilers import api, conditions
 from controllers.reconcilers.cache import ownwrites, secretviews
 from controllers.reconcilers.conditions import false, true
 from controllers.reconcilers.derived import owner_reference
+from controllers.reconcilers.metrics import RouteMetrics
 from controllers.reconcilers.route.formats import base
 from controllers.reconcilers.route.report import bounded
 from controllers.runtime import apiclient, apply, objects
@@ -59,17 +60,19 @@ class ConfigSecrets:
         api_client: apiclient.ApiClient,
         managed_secrets: Store,
         own_writes: ownwrites.OwnWrites,
+        metrics: RouteMetrics | None = None,
     ) -> None:
         self._api = api_client
         self._managed = managed_secrets
         self._own_writes = own_writes
+        self._metrics = metrics
 
     def of(self, route: api.Route) -> ConfigSecret:
         """``route``'s config Secret as the cache holds it now: the one read of a reconcile."""
         md = route["metadata"]
         key = objects.make_key(md["namespace"], api.route_config_secret_name(md["name"]))
         actual = self._managed.get(key)
-        return ConfigSecret(route, key, actual, self._api, self._own_writes)
+        return ConfigSecret(route, key, actual, self._api, self._own_writes, self._metrics)
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,8 @@ class ConfigSecret:
     """What the cache held when read (None: no such Secret)."""
     api_client: apiclient.ApiClient
     own_writes: ownwrites.OwnWrites
+    metrics: RouteMetrics | None = None
+    """Counts each write that changed the Secret (``rotator_route_config_writes_total``)."""
 
     @property
     def name(self) -> str:
@@ -111,11 +116,17 @@ class ConfigSecret:
         return true(api.PROGRAMMED, api.REASON_PROGRAMMED, f"configuration in Secret {self.name}")
 
     def write(
-        self, text: str, inputs_hash: str, files: Mapping[str, str] | None = None
+        self,
+        text: str,
+        inputs_hash: str,
+        files: Mapping[str, str] | None = None,
+        *,
+        fmt: str,
     ) -> tuple[conditions.Cond, str | None]:
         """Writes ``text`` (and a format's further ``files``) if it can be written:
         ``Programmed``, and the hash of the configuration now in place (None when it could not
-        be written)."""
+        be written). A write sent is counted under format ``fmt``; one the Secret already holds
+        is not sent, nor counted."""
         size = secret_size(text, files)
         if size > MAX_SECRET_BYTES:
             log.warning("route.config_too_large", secret_name=self.name, size=size)
@@ -127,7 +138,9 @@ class ConfigSecret:
             ), None
         config_hash = base.config_hash(text, files)
         try:
-            self._ensure({api.ROUTE_CONFIG_KEY: text, **(files or {})}, config_hash, inputs_hash)
+            written = self._ensure(
+                {api.ROUTE_CONFIG_KEY: text, **(files or {})}, config_hash, inputs_hash
+            )
         except api_errors.Invalid as exc:  # the API server's message names fields, not data
             log.warning("route.config_rejected", secret_name=self.name, error=str(exc))
             return false(
@@ -136,6 +149,8 @@ class ConfigSecret:
                 f"the API server refused Secret {self.name}: {bounded([str(exc)])}; "
                 f"{self._previous()}",
             ), None
+        if written and self.metrics is not None:
+            self.metrics.config_written(fmt)
         return self.programmed(), config_hash
 
     def _previous(self) -> str:
@@ -144,7 +159,8 @@ class ConfigSecret:
             return f"Secret {self.name} was not written"
         return f"Secret {self.name} keeps the previous configuration, which is stale"
 
-    def _ensure(self, plain: Mapping[str, str], config_hash: str, inputs_hash: str) -> None:
+    def _ensure(self, plain: Mapping[str, str], config_hash: str, inputs_hash: str) -> bool:
+        """Applies the Secret unless it already holds this configuration; whether it applied."""
         data = {k: base64.b64encode(v.encode()).decode() for k, v in plain.items()}
         actual = self.actual
         known = self.own_writes.unseen(self.key, actual) or actual  # the cache may lag
@@ -157,7 +173,7 @@ class ConfigSecret:
             # gets it with its next configuration and is rendered at each start until then.
             and apply.subset(_metadata(self.route, config_hash, None), known.get("metadata"))
         ):
-            return
+            return False
         record = inputs_record(inputs_hash, secretviews.data_hash(data), config_hash)
         desired: Body = {
             "apiVersion": "v1",
@@ -168,6 +184,7 @@ class ConfigSecret:
         }
         self.own_writes.apply_secret(self.api_client, desired, actual)
         log.info("route.config_written", secret_name=self.name, config_hash=config_hash[:12])
+        return True
 
 
 def inputs_record(inputs_hash: str, data_hash: str, config_hash: str) -> str:

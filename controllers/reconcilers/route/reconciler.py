@@ -25,6 +25,7 @@ from typing import cast
 
 from controllers.reconcilers import api, conditions, status
 from controllers.reconcilers.cache import indexes, ownwrites
+from controllers.reconcilers.metrics import RouteMetrics
 from controllers.reconcilers.route import configsecret, formats, report, resolve
 from controllers.reconcilers.route.restarts import RolloutRestarts
 from controllers.runtime import apiclient, eventsink, objects
@@ -46,6 +47,7 @@ class RouteReconciler:
         own_writes: ownwrites.OwnWrites,
         clock: clocks.Clock,
         restarts: RolloutRestarts | None = None,
+        metrics: RouteMetrics | None = None,
     ) -> None:
         self._api = api_client
         self._routes = routes
@@ -53,15 +55,19 @@ class RouteReconciler:
             backends=backends, policies=policies, managed_secrets=managed_secrets
         )
         self._config = configsecret.ConfigSecrets(
-            api_client=api_client, managed_secrets=managed_secrets, own_writes=own_writes
+            api_client=api_client,
+            managed_secrets=managed_secrets,
+            own_writes=own_writes,
+            metrics=metrics,
         )
-        self._restarts = restarts or RolloutRestarts(api_client, recorder, clock)
+        self._restarts = restarts or RolloutRestarts(api_client, recorder, clock, metrics=metrics)
         self._recorder = recorder
         self._clock = clock
 
     def reconcile(self, request: Request) -> Result:
         cached = self._routes.get(request.key)
         if cached is None or objects.is_being_deleted(cached):
+            self._restarts.forget_route(request.namespace, request.name)
             return Result()  # the config Secret goes with its owner (garbage collector)
         route = cast(api.Route, cached)
         now = self._clock.now()
@@ -87,7 +93,9 @@ class RouteReconciler:
             rendered = fmt.render(route, resolution.backends)
             gaps = rendered.gaps
             # write
-            programmed, config_hash = secret.write(rendered.text, inputs_hash, rendered.files)
+            programmed, config_hash = secret.write(
+                rendered.text, inputs_hash, rendered.files, fmt=fmt.name
+            )
         # restarts: rolled out once the configuration is in place
         rollout = self._restarts.reconcile(route, config_hash)
         # status

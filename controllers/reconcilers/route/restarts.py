@@ -75,6 +75,7 @@ import structlog
 
 from controllers.reconcilers import api, conditions
 from controllers.reconcilers.conditions import false, true
+from controllers.reconcilers.metrics import RouteMetrics
 from controllers.runtime import apiclient, events, eventsink, objects
 from controllers.runtime import client as clients
 from controllers.runtime import clock as clocks
@@ -210,8 +211,10 @@ class RolloutRestarts:
         *,
         window: float = DEBOUNCE_SECONDS,
         max_pending: int = MAX_PENDING,
+        metrics: RouteMetrics | None = None,
     ) -> None:
         self._api = api_client
+        self._metrics = metrics
         self._recorder = recorder
         self._clock = clock
         self._window = window
@@ -225,16 +228,24 @@ class RolloutRestarts:
 
         Raises the API error of a transient failure (retried with the controller's backoff);
         every other outcome is in the returned :class:`Outcome`.
+
+        ``rotator_route_rollouts_pending`` follows: 1 while a rollout is due (the debounce window,
+        the backoff of an attempt that left targets out) or the last attempt left targets out,
+        0 once the targets run the configuration in the Secret (or its first one); no series for
+        a Route without targets.
         """
         targets = route["spec"].get("rolloutRestartTargets") or []
         uid = objects.meta(route).get("uid") or str(objects.key_of(route))
         previous = conditions.of(route, api.ROLLOUT_RESTARTED)
+        incomplete = previous is not None and previous["status"] == "False"
         if not targets:
             self._forget(uid)
+            self.forget_route(objects.namespace(route), objects.name(route))
             return Outcome(drop=(api.ROLLOUT_RESTARTED,) if previous else ())
         record = cast(dict[str, Any], (route.get("status") or {}).get("rolloutRestart") or {})
         kept = {"rolloutRestart": dict(record)} if record else {}
-        if config_hash is None:
+        if config_hash is None:  # nothing new in the Secret: as the last attempt left it
+            self._pending(route, incomplete)
             return Outcome(fields=kept)
         now = self._clock.monotonic()
         timing = self._timing_of(uid, now)
@@ -245,7 +256,7 @@ class RolloutRestarts:
         decision = decide(
             recorded=record.get("configHash"),
             current=config_hash,
-            incomplete=previous is not None and previous["status"] == "False",
+            incomplete=incomplete,
             due=due,
             now=now,
         )
@@ -253,6 +264,7 @@ class RolloutRestarts:
         match decision.action:
             case Action.FIRST:
                 self._forget(uid)
+                self._pending(route, False)
                 return Outcome(
                     fields={"rolloutRestart": {"configHash": config_hash}},
                     updates=[
@@ -266,9 +278,12 @@ class RolloutRestarts:
                 )
             case Action.UP_TO_DATE:
                 self._forget(uid)
+                self._pending(route, False)
                 return Outcome(fields=kept)
             case Action.WAIT:
+                self._pending(route, True)
                 return Outcome(fields=kept, requeue_after=decision.wait)
+        self._pending(route, True)  # until every target took it (a transient error leaves it 1)
         return self._restart(
             route, targets, config_hash, kept=kept, previous=previous, uid=uid, now=now
         )
@@ -307,9 +322,11 @@ class RolloutRestarts:
                     field_manager=api.FIELD_MANAGER,
                 )
             except api_errors.NotFound:
+                self._rolled_out(target["kind"], ok=False)
                 missing.append(what)
                 continue
             except api_errors.Invalid as exc:  # the patch did not apply: no opt-in (docstring)
+                self._rolled_out(target["kind"], ok=False)
                 not_opted_in.append(
                     f"{what} has not opted in: its owner adds the annotation {annotation} (any "
                     "value) to its pod template, spec.template.metadata.annotations (the API "
@@ -317,10 +334,12 @@ class RolloutRestarts:
                 )
                 continue
             except api_errors.ApiError as exc:
+                self._rolled_out(target["kind"], ok=False)
                 if exc.transient:
                     raise
                 refused.append(f"{what}: {str(exc)[:512]}")
                 continue
+            self._rolled_out(target["kind"], ok=True)
             log.info(
                 "route.rollout_restarted",
                 target_kind=target["kind"],
@@ -329,6 +348,7 @@ class RolloutRestarts:
             )
         if not missing and not not_opted_in and not refused:
             self._forget(uid)
+            self._pending(route, False)
             done = ", ".join(f"{t['kind']} {t['name']}" for t in targets)
             message = f"rolled out {done} for configuration {short}"
             self._recorder.event(route, events.NORMAL, api.REASON_RESTARTED, message)
@@ -361,6 +381,22 @@ class RolloutRestarts:
             updates=[false(api.ROLLOUT_RESTARTED, reason, message)],
             requeue_after=delay,
         )
+
+    # --- metrics -------------------------------------------------------------------------------
+
+    def _rolled_out(self, kind: str, *, ok: bool) -> None:
+        """One rollout patch sent, and whether the API server took it."""
+        if self._metrics is not None:
+            self._metrics.rolled_out(kind, ok=ok)
+
+    def _pending(self, route: api.Route, pending: bool) -> None:
+        if self._metrics is not None:
+            self._metrics.rollout_pending(objects.namespace(route), objects.name(route), pending)
+
+    def forget_route(self, namespace: str, name: str) -> None:
+        """Route ``namespace/name`` is gone (or has no targets): its pending series goes."""
+        if self._metrics is not None:
+            self._metrics.forget_route(namespace, name)
 
     # --- timing --------------------------------------------------------------------------------
 

@@ -25,6 +25,7 @@ from typing import Any
 from controllers.reconcilers import api, predicates
 from controllers.reconcilers.cache import indexes, ownwrites
 from controllers.reconcilers.cache.chaincache import ChainCache
+from controllers.reconcilers.metrics import RouteMetrics
 from controllers.reconcilers.route.reconciler import RouteReconciler
 from controllers.runtime import builder, objects
 from controllers.runtime import clock as clocks
@@ -35,7 +36,12 @@ from controllers.runtime.reconcile import Request
 
 
 def setup_with_manager(
-    mgr: Manager, chain: ChainCache, *, workers: int, clock: clocks.Clock
+    mgr: Manager,
+    chain: ChainCache,
+    *,
+    workers: int,
+    clock: clocks.Clock,
+    metrics: RouteMetrics | None = None,
 ) -> Wiring:
     writes = ownwrites.OwnWrites()
     reconciler = RouteReconciler(
@@ -47,6 +53,7 @@ def setup_with_manager(
         recorder=mgr.recorder,
         own_writes=writes,
         clock=clock,
+        metrics=metrics,
     )
 
     def routes_of_backends(keys: Iterable[str]) -> list[Request]:
