@@ -6,6 +6,7 @@ the project's path, for a model named with its publisher (Vertex AI)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import ssl
 import time
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
+from botocore.compat import HTTPHeaders
 from botocore.credentials import Credentials
 
 from rotator_devkit.devenv.standins import aws, upstreams
@@ -80,6 +82,90 @@ def test_bedrock_checks_the_signature_the_session_token_and_the_session_end() ->
         up.stop()
 
 
+OPENAI_V1 = "/openai/v1/chat/completions"
+
+
+def test_bedrock_serves_its_openai_compatible_chat_completions_with_the_same_sigv4_check() -> None:
+    now = [time.time()]
+    keyring = aws.Keyring()
+    keyring.add("ASIACURRENT", aws.Issued("secret-current", "token-current", now[0] + 60))
+    up = upstreams.BedrockStandIn(keyring, now=lambda: now[0]).start()
+    try:
+        url = up.url + OPENAI_V1
+        request = urllib.request.Request(
+            url, data=BODY, headers=signed(url, "ASIACURRENT", "secret-current", "token-current")
+        )
+        with urllib.request.urlopen(request, timeout=10) as response:
+            answer = json.load(response)
+        assert answer["object"] == "chat.completion"
+        assert answer["model"] == "m"
+        assert post(url, signed(url, "ASIACURRENT", "secret-wrong", "token-current")) == 403
+        assert post(url, signed(url, "ASIAUNKNOWN", "secret-current", "token-current")) == 403
+        other = up.url + "/openai/v1/completions"  # not a path it serves
+        assert post(other, signed(other, "ASIACURRENT", "secret-current", "token-current")) == 404
+        headers = signed(url, "ASIACURRENT", "secret-current", "token-current")
+        now[0] += 61  # the session ended
+        assert post(url, headers) == 403
+        verdicts = [s.verdict for s in up.seen_snapshot()]
+        assert verdicts == ["current", "unknown", "unknown", "refused", "expired"]
+        assert {s.path for s in up.seen_snapshot()} >= {OPENAI_V1}
+    finally:
+        up.stop()
+
+
+class EnvoyLikeSigner(SigV4Auth):  # type: ignore[misc]  # botocore is untyped
+    """Signs every header the request carries, as Envoy's aws_request_signing filter does (all
+    but x-forwarded-* and x-amzn-trace-id): user-agent too, which botocore's signer leaves out,
+    so a check that rebuilt the list botocore's way would refuse Envoy's requests."""
+
+    def headers_to_sign(self, request: AWSRequest) -> HTTPHeaders:
+        every = HTTPHeaders()
+        for name, value in request.headers.items():
+            every[name.lower()] = value
+        return every
+
+
+def envoy_signed(url: str, host: str, body: bytes = BODY) -> dict[str, str]:
+    """Headers of a request signed the way Envoy signs it for Bedrock: a ``host`` with its port,
+    ``x-amz-content-sha256`` sent (the body's hash), and the client's own headers."""
+    headers = {
+        "Accept": "application/json",
+        "Content-Length": str(len(body)),
+        "Content-Type": "application/json",
+        "Host": host,
+        "User-Agent": "curl/8.5.0",
+        "X-Amz-Content-Sha256": hashlib.sha256(body).hexdigest(),
+    }
+    request = AWSRequest(method="POST", url=url, data=body, headers=headers)
+    credentials = Credentials("ASIACURRENT", "secret-current", "token-current")
+    EnvoyLikeSigner(credentials, "bedrock", "us-east-1").add_auth(request)
+    return dict(request.headers.items())
+
+
+def test_bedrock_verifies_a_request_signed_as_envoy_signs_it() -> None:
+    keyring = aws.Keyring()
+    keyring.add("ASIACURRENT", aws.Issued("secret-current", "token-current", time.time() + 60))
+    up = upstreams.BedrockStandIn(keyring).start()
+    try:
+        host = up.url.removeprefix("http://")  # 127.0.0.1:<port>: the port is signed
+        url = up.url + OPENAI_V1
+        headers = envoy_signed(url, host)
+        auth = headers["Authorization"]
+        assert (
+            "SignedHeaders=accept;content-length;content-type;host;user-agent;"
+            "x-amz-content-sha256;x-amz-date;x-amz-security-token," in auth
+        )
+        assert post(url, headers) == 200
+        # the same signature over another body: the sent payload hash no longer matches
+        other = json.dumps({"model": "n", "messages": []}).encode()
+        assert post(url, {**headers, "Content-Length": str(len(other))}, other) == 403
+        # signed for another port than the Host received: the port is part of what was signed
+        assert post(url, {**envoy_signed(url, "127.0.0.1:1"), "Host": host}) == 403
+        assert [s.verdict for s in up.seen_snapshot()] == ["current", "unknown", "unknown"]
+    finally:
+        up.stop()
+
+
 @pytest.fixture
 def azure_ad(tmp_path: Path) -> AzureStandIn:
     context, ca_file = tls_context(tmp_path)
@@ -88,9 +174,8 @@ def azure_ad(tmp_path: Path) -> AzureStandIn:
     return standin
 
 
-def test_azure_openai_takes_a_token_the_azure_stand_in_minted_until_it_expires(
-    azure_ad: AzureStandIn,
-) -> None:
+def azure_token(azure_ad: AzureStandIn) -> str:
+    """A token the Azure AD stand-in mints for the app, as a client gets one (client secret)."""
     form = "grant_type=client_credentials&client_id=app&client_secret=azure-secret-value-01"
     form += "&scope=https%3A%2F%2Fcognitiveservices.azure.com%2F.default"
     context = ssl.create_default_context(cafile=str(azure_ad.ca_file))
@@ -98,7 +183,13 @@ def test_azure_openai_takes_a_token_the_azure_stand_in_minted_until_it_expires(
         azure_ad.url + "/tenant/oauth2/v2.0/token", data=form.encode(), method="POST"
     )
     with urllib.request.urlopen(request, timeout=10, context=context) as response:
-        token = json.load(response)["access_token"]
+        return str(json.load(response)["access_token"])
+
+
+def test_azure_openai_takes_a_token_the_azure_stand_in_minted_until_it_expires(
+    azure_ad: AzureStandIn,
+) -> None:
+    token = azure_token(azure_ad)
     now = [time.time()]
     up = upstreams.AzureOpenAIStandIn(azure_ad, now=lambda: now[0]).start()
     try:
@@ -109,6 +200,44 @@ def test_azure_openai_takes_a_token_the_azure_stand_in_minted_until_it_expires(
         assert post(url, {"Authorization": f"Bearer {token}"}) == 401
         assert [s.verdict for s in up.seen_snapshot()] == ["current", "unknown", "expired"]
         assert token not in repr(up.seen_snapshot())
+    finally:
+        up.stop()
+        azure_ad.stop()
+
+
+def test_azure_openai_v1_api_takes_the_same_credentials_with_the_model_in_the_body(
+    azure_ad: AzureStandIn,
+) -> None:
+    token = azure_token(azure_ad)
+    now = [time.time()]
+    up = upstreams.AzureOpenAIStandIn(azure_ad, now=lambda: now[0]).start()
+    up.accept_keys("azure-api-key-0001")
+    try:
+        url = up.url + OPENAI_V1
+        request = urllib.request.Request(
+            url, data=BODY, headers={"Authorization": f"Bearer {token}"}, method="POST"
+        )
+        with urllib.request.urlopen(request, timeout=10) as response:
+            assert json.load(response)["object"] == "chat.completion"
+        assert post(url, {"Authorization": "Bearer eyJ0eXAiOiJKV1Qi.not-minted"}) == 401
+        assert post(url, {"api-key": "azure-api-key-0001"}) == 200
+        assert post(url, {"api-key": "azure-api-key-0002"}) == 401
+        assert post(url, {}) == 401
+        assert (
+            post(up.url + "/openai/v1/deployments/d/chat", {"api-key": "azure-api-key-0001"}) == 404
+        )
+        now[0] += 61
+        assert post(url, {"Authorization": f"Bearer {token}"}) == 401
+        verdicts = [s.verdict for s in up.seen_snapshot()]
+        assert verdicts == [
+            "current",
+            "unknown",
+            "current",
+            "unknown",
+            "missing",
+            "refused",
+            "expired",
+        ]
     finally:
         up.stop()
         azure_ad.stop()

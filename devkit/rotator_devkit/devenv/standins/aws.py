@@ -6,14 +6,18 @@ that gap. They record what they issued — the secret key and session token of e
 ``AssumeRoleWithWebIdentity`` returned, the secret key of every IAM key ``CreateAccessKey``
 returned — in a :class:`Keyring`, and :func:`verify` checks a request signed with one of those
 keys the way AWS does: botocore's own SigV4 signer recomputes the signature over the request as
-received (the headers it names as signed, the body, the scope) with the recorded secret, and
-the ``X-Amz-Security-Token`` must be the recorded one. A key this module did not issue is
-:data:`UNKNOWN_KEY`; each proxy decides what that means (STS refuses it, as AWS does; IAM lets
-tests' made-up management identities through, as moto does).
+received (exactly the headers it names as signed, the body, the scope) with the recorded
+secret, and the ``X-Amz-Security-Token`` must be the recorded one. A signer other than botocore
+(Envoy's ``aws_request_signing`` filter) signs other headers — ``user-agent``, which botocore
+never signs, ``x-amz-content-sha256`` — and a port in ``host``: the check takes the signed
+list as given, and a payload hash sent must be the hash of the body received. A key this
+module did not issue is :data:`UNKNOWN_KEY`; each proxy decides what that means (STS refuses
+it, as AWS does; IAM lets tests' made-up management identities through, as moto does).
 """
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import threading
 import urllib.error
@@ -25,6 +29,7 @@ from http.server import BaseHTTPRequestHandler
 
 from botocore.auth import SIGV4_TIMESTAMP, SigV4Auth
 from botocore.awsrequest import AWSRequest
+from botocore.compat import HTTPHeaders
 from botocore.credentials import Credentials
 
 ALGORITHM = "AWS4-HMAC-SHA256"
@@ -197,11 +202,16 @@ def _signature(
         or any(name not in headers for name in names)
     ):
         return WRONG_SIGNATURE
+    sent_hash = headers.get("x-amz-content-sha256")
+    if sent_hash is not None and sent_hash != hashlib.sha256(body).hexdigest():
+        # botocore signs a sent x-amz-content-sha256 as the payload hash without hashing the
+        # body: unchecked, a signature over that header would vouch for any body
+        return WRONG_SIGNATURE
     request = AWSRequest(
         method=method, url=url, headers={name: headers[name] for name in names}, data=body
     )
     request.context["timestamp"] = timestamp
-    signer = SigV4Auth(
+    signer = _SignedHeadersOnly(
         Credentials(auth.access_key_id, issued.secret_access_key, issued.session_token),
         auth.service,
         auth.region,
@@ -210,6 +220,19 @@ def _signature(
         signer.string_to_sign(request, signer.canonical_request(request)), request
     )
     return None if hmac.compare_digest(str(expected), auth.signature) else WRONG_SIGNATURE
+
+
+class _SignedHeadersOnly(SigV4Auth):  # type: ignore[misc]  # botocore is untyped
+    """botocore's SigV4 over the request's headers, all of them and only them: the caller gives
+    exactly those the ``SignedHeaders`` list names. botocore's own ``headers_to_sign`` leaves
+    some out (``user-agent``, ``connection``, ...), which AWS signs when a client lists them, as
+    Envoy's signer does (every header but ``x-forwarded-*`` and ``x-amzn-trace-id``)."""
+
+    def headers_to_sign(self, request: AWSRequest) -> HTTPHeaders:
+        exact = HTTPHeaders()
+        for name, value in request.headers.items():
+            exact[name.lower()] = value
+        return exact
 
 
 def verify_received(

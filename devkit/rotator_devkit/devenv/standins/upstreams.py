@@ -4,12 +4,15 @@ credential the way the real API does, and recording every request with what it f
 * :class:`OpenAIStandIn` — ``POST /v1/chat/completions``; ``Authorization: Bearer <key>`` must be
   one of the keys it currently accepts (:meth:`OpenAIStandIn.accept`; a retired key is refused,
   as OpenAI refuses a revoked one, and recorded ``expired``: its overlap is over).
-* :class:`BedrockStandIn` — ``POST /model/{id}/converse`` (and ``/invoke``): the SigV4 signature,
-  the session token and the session's end are checked by :func:`aws.verify_received` against the
+* :class:`BedrockStandIn` — ``POST /model/{id}/converse`` (and ``/invoke``), as LiteLLM calls
+  it, and ``POST /openai/v1/chat/completions``, Bedrock runtime's OpenAI-compatible endpoint (the
+  model in the body), as an Envoy route calls it: on every path the SigV4 signature, the session
+  token and the session's end are checked by :func:`aws.verify_received` against the
   :class:`aws.Keyring` the STS proxy filled with what moto issued: the same check as the STS
   proxy's own, not a second one.
-* :class:`AzureOpenAIStandIn` — ``POST /openai/deployments/{d}/chat/completions``: the bearer
-  token must be one the Azure AD stand-in minted and not yet expired
+* :class:`AzureOpenAIStandIn` — ``POST /openai/deployments/{d}/chat/completions`` (LiteLLM) and
+  ``POST /openai/v1/chat/completions`` (Azure OpenAI's v1 API, the model in the body: Envoy): the
+  bearer token must be one the Azure AD stand-in minted and not yet expired
   (:meth:`AzureStandIn.expires_at`); or an ``api-key`` it accepts.
 * :class:`VertexAIStandIn` — Vertex AI's OpenAI-compatible endpoint, ``POST
   /v1/projects/{project}/locations/{location}/endpoints/openapi/chat/completions``: the bearer
@@ -44,6 +47,9 @@ CURRENT, EXPIRED, UNKNOWN, MISSING = "current", "expired", "unknown", "missing"
 REFUSED = "refused"
 """A current credential on a request refused for another reason (a path not served, a model
 not named as the API wants): not a use of the credential."""
+OPENAI_V1_CHAT = "/openai/v1/chat/completions"
+"""The OpenAI-compatible chat completions path of both Azure OpenAI's v1 API and Bedrock
+runtime: where an Envoy route sends ``/v1/chat/completions`` for those two providers."""
 
 
 @dataclass(frozen=True)
@@ -235,7 +241,11 @@ class AzureOpenAIStandIn(ModelUpstream):
         return (CURRENT if known else UNKNOWN), self.label(key)
 
     def serves(self, path: str) -> bool:
-        return path.startswith("/openai/deployments/") and path.endswith("/chat/completions")
+        # the deployment-scoped API (LiteLLM's azure/ models) or the v1 API, whose one path
+        # names no deployment (the model is in the body: Envoy rewrites /v1/ to /openai/v1/)
+        return path == OPENAI_V1_CHAT or (
+            path.startswith("/openai/deployments/") and path.endswith("/chat/completions")
+        )
 
 
 class BedrockStandIn(ModelUpstream):
@@ -258,9 +268,15 @@ class BedrockStandIn(ModelUpstream):
         return (MISSING if refusal is aws.MISSING else UNKNOWN), key_id
 
     def serves(self, path: str) -> bool:
-        return path.startswith("/model/") and path.rsplit("/", 1)[-1] in ("converse", "invoke")
+        # the native runtime API (LiteLLM's bedrock/ models) or the OpenAI-compatible one
+        # (Envoy rewrites /v1/ to /openai/v1/): the same SigV4 check on both
+        return path == OPENAI_V1_CHAT or (
+            path.startswith("/model/") and path.rsplit("/", 1)[-1] in ("converse", "invoke")
+        )
 
     def answer(self, path: str, body: bytes) -> dict[str, Any]:
+        if path == OPENAI_V1_CHAT:
+            return chat_completion(_model(body))
         if path.endswith("/converse"):
             return {
                 "output": {"message": {"role": "assistant", "content": [{"text": "ok"}]}},
