@@ -1,7 +1,9 @@
-"""What the two LiteLLM load tests share — tests/e2e/test_litellm.py (the proxy as processes
-beside envtest) and tests/kind/test_litellm.py (the proxy as a Deployment in kind): the Route
-under test, one model per credential type LiteLLM supports; the rotations each policy made, read
-from its derived Secret; which of them reached the upstream stand-in; and the figures printed.
+"""What the gateway load tests share — tests/e2e/test_litellm.py (the proxy as processes
+beside envtest) and tests/kind/test_litellm.py (LiteLLM and Envoy as Deployments in kind): the
+Route under test, one model per credential type LiteLLM supports; the rotations each policy made,
+read from its derived Secret; which of them reached the upstream stand-in; and the figures
+printed. The policy helpers and the figures take another gateway's names (``target``,
+``models``, ``wanted``): the kind test runs Envoy beside LiteLLM with policies of its own.
 
 Credentials are named by :meth:`upstreams.ModelUpstream.label` (a hash prefix) or, for AWS, by
 the access key id, never by their bytes: a label can be printed and compared across processes.
@@ -72,10 +74,12 @@ Rotations = dict[str, list[tuple[float, str]]]
 """Credential type → (issued at, label) of each credential its policy served, in order."""
 
 
-def bedrock_spec(role_arn: str, service_account: str) -> dict[str, Any]:
+def bedrock_spec(
+    role_arn: str, service_account: str, *, target: str = POLICIES["AWSCredentials"]
+) -> dict[str, Any]:
     return {
         "type": "AWSCredentials",
-        "targetRefs": [{"name": POLICIES["AWSCredentials"]}],
+        "targetRefs": [{"name": target}],
         "awsCredentials": {
             "region": "us-east-1",
             "serviceAccountToken": {
@@ -87,10 +91,12 @@ def bedrock_spec(role_arn: str, service_account: str) -> dict[str, Any]:
     }
 
 
-def azure_spec(client_id: str, secret: str) -> dict[str, Any]:
+def azure_spec(
+    client_id: str, secret: str, *, target: str = POLICIES["AzureCredentials"]
+) -> dict[str, Any]:
     return {
         "type": "AzureCredentials",
-        "targetRefs": [{"name": POLICIES["AzureCredentials"]}],
+        "targetRefs": [{"name": target}],
         "azureCredentials": {
             "clientID": client_id,
             "tenantID": TENANT,
@@ -106,12 +112,14 @@ GCP_REGION = "us-central1"
 GCP_POOL, GCP_PROVIDER = "llm-pool", "llm-provider"
 
 
-def vertex_spec(service_account: str) -> dict[str, Any]:
+def vertex_spec(
+    service_account: str, *, target: str = POLICIES["GCPCredentials"]
+) -> dict[str, Any]:
     """Workload identity federation from a ServiceAccount token: a federated access token of
     STS (the stand-in's lifetime), used on Vertex AI directly."""
     return {
         "type": "GCPCredentials",
-        "targetRefs": [{"name": POLICIES["GCPCredentials"]}],
+        "targetRefs": [{"name": target}],
         "gcpCredentials": {
             "projectName": GCP_PROJECT,
             "region": GCP_REGION,
@@ -214,8 +222,13 @@ def served(rotations: Sequence[tuple[float, str]], seen: Sequence[upstreams.Seen
     return sum(1 for _, label in rotations[1:] if seen_by(seen, label) is not None)
 
 
-def all_served(rotations: Rotations, seen: Mapping[str, Sequence[upstreams.Seen]]) -> bool:
-    return all(served(rotations[kind], seen[kind]) >= n for kind, n in WANTED.items())
+def all_served(
+    rotations: Rotations,
+    seen: Mapping[str, Sequence[upstreams.Seen]],
+    *,
+    wanted: Mapping[str, int] = WANTED,
+) -> bool:
+    return all(served(rotations[kind], seen[kind]) >= n for kind, n in wanted.items())
 
 
 def per_type(
@@ -223,12 +236,14 @@ def per_type(
     failures: Sequence[tuple[str, int, str]],
     rotations: Rotations,
     seen: Mapping[str, Sequence[upstreams.Seen]],
+    *,
+    models: Mapping[str, str] = MODELS,
 ) -> dict[str, dict[str, Any]]:
     """The figures by credential type: requests sent and failed, rotations, the longest time
     from a rotation to the first upstream request with the new credential (None when none
-    reached it), the upstream's verdicts."""
+    reached it), the upstream's verdicts. ``models``: the gateway's model → credential type."""
     figures: dict[str, dict[str, Any]] = {}
-    for model, kind in MODELS.items():
+    for model, kind in models.items():
         waits = lags(rotations[kind], seen[kind])
         figures[kind] = {
             "sent": sum(1 for m, _, _ in results if m == model),
@@ -246,16 +261,20 @@ def report(
     failures: Sequence[tuple[str, int, str]],
     rotations: Rotations,
     seen: Mapping[str, Sequence[upstreams.Seen]],
+    *,
+    models: Mapping[str, str] = MODELS,
+    restart_needed: bool = True,
 ) -> str:
     """:func:`per_type`'s figures as lines under ``title``."""
     lines = [f"\n{title}"]
-    for kind, f in per_type(results, failures, rotations, seen).items():
+    restart = "yes" if restart_needed else "no"
+    for kind, f in per_type(results, failures, rotations, seen, models=models).items():
         longest = f["longest_rotation_to_use_s"]
         lines.append(
             f"  {kind:17} sent {f['sent']:4} failed {f['failed']} rotations {f['rotations']} "
             f"longest rotation→first upstream use "
             f"{'-' if longest is None else f'{longest:.1f}'} s "
-            f"restart needed: yes; upstream verdicts {f['verdicts']}"
+            f"restart needed: {restart}; upstream verdicts {f['verdicts']}"
         )
     return "\n".join(lines)
 
