@@ -2,7 +2,7 @@
 # Builds the dev-kit image: the product plus the dev kit (moto[server], PyJWT, rotator_devkit, the
 # LiteLLM proxy of its gateway extra) and config/samples, whose entry point runs the provider
 # stand-ins in a test cluster (python -m rotator_devkit.incluster; tests/kind/test_litellm.py runs
-# its `litellm` command too). A test image, never the product; built like it
+# its `litellm` and `envoy` commands too). A test image, never the product; built like it
 # (hack/lib/buildah.sh), FROM the same locally made base, never from a registry.
 #
 #   IMAGE=name      the tag (default localhost/rotator-devkit:dev)
@@ -43,10 +43,10 @@ import importlib.util, pathlib, sys
 missing = [m for m in ("rotator", "controllers", "rotator_devkit.incluster.main", "moto.server", "jwt", "flask",
                        "litellm")
            if importlib.util.find_spec(m) is None]
-missing += [c for c in ("/opt/rotator/bin/litellm",) if not pathlib.Path(c).is_file()]
+missing += [c for c in ("/opt/rotator/bin/litellm", "/opt/rotator/bin/envoy") if not pathlib.Path(c).is_file()]
 samples = pathlib.Path("/opt/rotator-devkit/samples/kustomization.yaml")
 sys.exit(f"image: missing {missing or samples}" if missing or not samples.is_file() else 0)'
-echo "image: $tag runs as uid $uid and holds the stand-ins' entry point, moto, litellm and the samples" >&2
+echo "image: $tag runs as uid $uid and holds the stand-ins' entry point, moto, litellm, envoy and the samples" >&2
 
 if [[ -n ${ARCHIVE:-} ]]; then
   write_archive "$tag" "$ARCHIVE"

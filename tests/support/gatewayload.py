@@ -1,9 +1,11 @@
 """What the gateway load tests share — tests/e2e/test_litellm.py (the proxy as processes
-beside envtest), tests/kind/test_litellm.py (the proxy as a Deployment in kind) and
+beside envtest), tests/kind/test_litellm.py (LiteLLM and Envoy as Deployments in kind) and
 tests/e2e/test_envoy.py (Envoy reloading the files of its config Secret): the Route under test,
 one model per credential type LiteLLM supports; the steady load through the gateway
 (:class:`Load`); the rotations each policy made, read from its derived Secret; which of them
-reached the upstream stand-in; and the figures printed.
+reached the upstream stand-in; and the figures printed. The policy helpers and the figures take
+another gateway's names (``target``, ``models``, ``wanted``): the kind test runs Envoy beside
+LiteLLM with policies of its own.
 
 Credentials are named by :meth:`upstreams.ModelUpstream.label` (a hash prefix) or, for AWS, by
 the access key id, never by their bytes: a label can be printed and compared across processes.
@@ -76,10 +78,12 @@ Rotations = dict[str, list[tuple[float, str]]]
 """Credential type → (issued at, label) of each credential its policy served, in order."""
 
 
-def bedrock_spec(role_arn: str, service_account: str) -> dict[str, Any]:
+def bedrock_spec(
+    role_arn: str, service_account: str, *, target: str = POLICIES["AWSCredentials"]
+) -> dict[str, Any]:
     return {
         "type": "AWSCredentials",
-        "targetRefs": [{"name": POLICIES["AWSCredentials"]}],
+        "targetRefs": [{"name": target}],
         "awsCredentials": {
             "region": "us-east-1",
             "serviceAccountToken": {
@@ -91,10 +95,12 @@ def bedrock_spec(role_arn: str, service_account: str) -> dict[str, Any]:
     }
 
 
-def azure_spec(client_id: str, secret: str) -> dict[str, Any]:
+def azure_spec(
+    client_id: str, secret: str, *, target: str = POLICIES["AzureCredentials"]
+) -> dict[str, Any]:
     return {
         "type": "AzureCredentials",
-        "targetRefs": [{"name": POLICIES["AzureCredentials"]}],
+        "targetRefs": [{"name": target}],
         "azureCredentials": {
             "clientID": client_id,
             "tenantID": TENANT,
@@ -110,12 +116,14 @@ GCP_REGION = "us-central1"
 GCP_POOL, GCP_PROVIDER = "llm-pool", "llm-provider"
 
 
-def vertex_spec(service_account: str) -> dict[str, Any]:
+def vertex_spec(
+    service_account: str, *, target: str = POLICIES["GCPCredentials"]
+) -> dict[str, Any]:
     """Workload identity federation from a ServiceAccount token: a federated access token of
     STS (the stand-in's lifetime), used on Vertex AI directly."""
     return {
         "type": "GCPCredentials",
-        "targetRefs": [{"name": POLICIES["GCPCredentials"]}],
+        "targetRefs": [{"name": target}],
         "gcpCredentials": {
             "projectName": GCP_PROJECT,
             "region": GCP_REGION,
@@ -218,8 +226,13 @@ def served(rotations: Sequence[tuple[float, str]], seen: Sequence[upstreams.Seen
     return sum(1 for _, label in rotations[1:] if seen_by(seen, label) is not None)
 
 
-def all_served(rotations: Rotations, seen: Mapping[str, Sequence[upstreams.Seen]]) -> bool:
-    return all(served(rotations[kind], seen[kind]) >= n for kind, n in WANTED.items())
+def all_served(
+    rotations: Rotations,
+    seen: Mapping[str, Sequence[upstreams.Seen]],
+    *,
+    wanted: Mapping[str, int] = WANTED,
+) -> bool:
+    return all(served(rotations[kind], seen[kind]) >= n for kind, n in wanted.items())
 
 
 def per_type(

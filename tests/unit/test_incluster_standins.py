@@ -20,6 +20,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from jwt.algorithms import RSAAlgorithm
 
 from controllers.reconcilers import api as rapi
+from controllers.reconcilers.route.formats import envoy as envoy_format
 from rotator_devkit.devenv.providers import Placement, ProviderStandIns
 from rotator_devkit.incluster import cluster, samples, settings
 from rotator_devkit.incluster.admin import AdminEndpoint
@@ -439,3 +440,42 @@ def test_the_litellm_deployment_opts_in_mounts_its_route_config_and_keeps_a_prox
     assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
     assert "readinessProbe" in container
     assert "preStop" in container["lifecycle"]
+
+
+def test_the_envoy_deployment_runs_in_its_mounted_route_config_with_no_rollout_opt_in() -> None:
+    """tests/kind/manifests/envoy.yaml, which docs/api.md's Envoy format points users at: Envoy
+    runs where the whole config Secret of config/samples/envoy.yaml is mounted (every path in its
+    files is relative, and a ``subPath`` mount is never updated), listens on the sample's port,
+    and nothing asks rotator to roll it out: it reloads the credential files itself."""
+    manifest = REPO / "tests" / "kind" / "manifests" / "envoy.yaml"
+    docs = {d["kind"]: d for d in yaml.safe_load_all(manifest.read_text())}
+    route = yaml.safe_load((REPO / "config" / "samples" / "envoy.yaml").read_text())
+    assert route["spec"]["output"]["format"] == envoy_format.FORMAT
+    assert "rolloutRestartTargets" not in route["spec"]
+    port = envoy_format.listener(route).port
+    deployment = docs["Deployment"]
+    template = deployment["spec"]["template"]
+    annotations = template["metadata"].get("annotations") or {}
+    assert not [a for a in annotations if a.startswith(rapi.ROLLOUT_ANNOTATION_PREFIX)]
+    pod = template["spec"]
+    (volume,) = pod["volumes"]
+    assert volume["secret"] == {
+        "secretName": rapi.route_config_secret_name(route["metadata"]["name"])
+    }
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    (container,) = pod["containers"]
+    (mount,) = container["volumeMounts"]
+    assert mount == {"name": volume["name"], "mountPath": container["workingDir"], "readOnly": True}
+    command = container["command"]
+    assert command[:3] == ["envoy", "-c", envoy_format.BOOTSTRAP]
+    assert "--disable-hot-restart" in command  # no shared memory on a read-only root
+    assert container["imagePullPolicy"] == "Never"
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert container["readinessProbe"]["tcpSocket"]["port"] == "http"
+    assert container["ports"] == [{"name": "http", "containerPort": port}]
+    service = docs["Service"]
+    assert service["spec"]["selector"] == template["metadata"]["labels"]
+    assert service["spec"]["ports"] == [{"name": "http", "port": port, "targetPort": "http"}]
