@@ -214,18 +214,14 @@ def complete(files: Mapping[str, bytes]) -> bool:
 def test_envoy_reloads_every_credential_type_across_rotations_with_no_restart(
     chain: AWSChain, sts: STSProxy, azure: AzureStandIn, gcp: GCPStandIn, tmp_path: Path
 ) -> None:
-    openai_up = upstreams.OpenAIStandIn().start()
-    bedrock_up = upstreams.BedrockStandIn(sts.keyring).start()
-    azure_up = upstreams.AzureOpenAIStandIn(azure).start()
-    vertex_up = upstreams.VertexAIStandIn(gcp, locations={(gl.GCP_PROJECT, gl.GCP_REGION)}).start()
-    ups: dict[str, upstreams.ModelUpstream] = {
-        "APIKey": openai_up,
-        "AWSCredentials": bedrock_up,
-        "AzureCredentials": azure_up,
-        "GCPCredentials": vertex_up,
-    }
-    for name, up in ups.items():
-        leaks.MINTED.add_source(f"the {name} model stand-in", up.issued_values)
+    models = gl.ModelUpstreams(sts.keyring, azure, gcp)
+    openai_up, bedrock_up, azure_up, vertex_up = (
+        models.openai,
+        models.bedrock,
+        models.azure,
+        models.vertex,
+    )
+    ups = models.by_type
     chain.remember(CLIENT_KEY, *KEYS)
     folder = tmp_path / "route-config"
     log = tmp_path / "envoy.log"
@@ -343,8 +339,8 @@ def test_envoy_reloads_every_credential_type_across_rotations_with_no_restart(
         load.stop()
         kubelet.stop()
         proxy.stop()
-        for up in ups.values():
-            up.stop()
+        for stand_in in ups.values():
+            stand_in.stop()
 
 
 def rotate(

@@ -27,7 +27,6 @@ from controllers.reconcilers import restarts
 from controllers.runtime import errors, objects
 from rotator.providers.gcp import federation
 from rotator_devkit.devenv import gateway
-from rotator_devkit.devenv.standins import upstreams
 from rotator_devkit.devenv.standins.azure import App, AzureStandIn
 from rotator_devkit.devenv.standins.gcp import GCPStandIn
 from rotator_devkit.devenv.standins.sts import STSProxy
@@ -111,18 +110,14 @@ def through(proxies: gateway.RollingGateway) -> gl.Send:
 def test_litellm_serves_every_credential_type_across_rotations_with_no_failed_request(
     chain: AWSChain, sts: STSProxy, azure: AzureStandIn, gcp: GCPStandIn, tmp_path: Path
 ) -> None:
-    openai_up = upstreams.OpenAIStandIn().start()
-    bedrock_up = upstreams.BedrockStandIn(sts.keyring).start()
-    azure_up = upstreams.AzureOpenAIStandIn(azure).start()
-    vertex_up = upstreams.VertexAIStandIn(gcp, locations={(gl.GCP_PROJECT, gl.GCP_REGION)}).start()
-    ups: dict[str, upstreams.ModelUpstream] = {
-        "APIKey": openai_up,
-        "AWSCredentials": bedrock_up,
-        "AzureCredentials": azure_up,
-        "GCPCredentials": vertex_up,
-    }
-    for name, up in ups.items():
-        leaks.MINTED.add_source(f"the {name} model stand-in", up.issued_values)
+    models = gl.ModelUpstreams(sts.keyring, azure, gcp)
+    openai_up, bedrock_up, azure_up, vertex_up = (
+        models.openai,
+        models.bedrock,
+        models.azure,
+        models.vertex,
+    )
+    ups = models.by_type
     chain.remember(MASTER_KEY, *KEYS)
     proxies = gateway.RollingGateway(tmp_path, master_key=MASTER_KEY)
     load = gl.Load(through(proxies))

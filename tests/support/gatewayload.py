@@ -23,6 +23,7 @@ from typing import Any
 from controllers.reconcilers import api as rapi
 from controllers.runtime import clock as clocks
 from rotator_devkit.devenv.standins import upstreams
+from tests.support import leaks
 from tests.support.chain import AWSChain
 
 ROUTE = "llm"
@@ -363,3 +364,24 @@ def record_rotations(chain: AWSChain, rotations: Rotations) -> None:
 def seen(ups: Mapping[str, upstreams.ModelUpstream]) -> dict[str, list[upstreams.Seen]]:
     """What each model API stand-in received so far, by credential type."""
     return {kind: up.seen_snapshot() for kind, up in ups.items()}
+
+
+class ModelUpstreams:
+    """The four model API stand-ins a gateway test sends through, started, each registered with
+    the leak scan: by credential type (:attr:`by_type`) and by name."""
+
+    def __init__(self, keyring: Any, azure: Any, gcp: Any) -> None:
+        """``keyring``: the STS proxy's; ``azure``, ``gcp``: the identity stand-ins whose tokens
+        the Azure OpenAI and Vertex AI stand-ins accept."""
+        self.openai = upstreams.OpenAIStandIn().start()
+        self.bedrock = upstreams.BedrockStandIn(keyring).start()
+        self.azure = upstreams.AzureOpenAIStandIn(azure).start()
+        self.vertex = upstreams.VertexAIStandIn(gcp, locations={(GCP_PROJECT, GCP_REGION)}).start()
+        self.by_type: dict[str, upstreams.ModelUpstream] = {
+            "APIKey": self.openai,
+            "AWSCredentials": self.bedrock,
+            "AzureCredentials": self.azure,
+            "GCPCredentials": self.vertex,
+        }
+        for name, up in self.by_type.items():
+            leaks.MINTED.add_source(f"the {name} model stand-in", up.issued_values)

@@ -12,6 +12,7 @@ existing policies keep their bytes and hash.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -72,6 +73,27 @@ def gcp_location(spec: Mapping[str, Any]) -> GCPLocation | None:
     if not gcp:
         return None
     return GCPLocation(str(gcp.get("projectName") or ""), str(gcp.get("region") or ""))
+
+
+GCP_PROJECT = re.compile(
+    r"(?:[a-z0-9-]{1,63}(?:\.[a-z0-9-]{1,63}){0,8}:)?[a-z][a-z0-9-]{4,28}[a-z0-9]|[0-9]{1,20}"
+)
+"""A Google Cloud project ID (6 to 30 lowercase letters, digits and hyphens, a letter first,
+not a hyphen last), with the ``domain:`` prefix of the older ones, or a project number (which
+Vertex AI's paths take too): never a ``/``, ``..``, ``?`` or ``%`` that would take the token to
+another path of the host."""
+GCP_REGION = re.compile(r"[a-z][a-z0-9-]{0,62}")
+"""A Vertex AI location (``us-central1``, ``europe-west4``, ``global``)."""
+
+
+def gcp_locations(backends: Mapping[str, ResolvedBackend]) -> dict[str, list[str]]:
+    """Each GCP backend's project and region, by name: what the formats that build Vertex AI's
+    path read beyond rotator's own inputs (their inputs hashes take it)."""
+    return {
+        name: [b.credentials.gcp.project, b.credentials.gcp.region]
+        for name, b in sorted(backends.items())
+        if b.credentials is not None and b.credentials.gcp is not None
+    }
 
 
 @dataclass(frozen=True)

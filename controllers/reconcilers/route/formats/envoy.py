@@ -67,6 +67,8 @@ from controllers.reconcilers import api
 from controllers.reconcilers.route.formats import own
 from controllers.reconcilers.route.formats.base import (
     BEARER,
+    GCP_PROJECT,
+    GCP_REGION,
     IMPLICIT_HEADER,
     Backends,
     Gap,
@@ -75,6 +77,7 @@ from controllers.reconcilers.route.formats.base import (
     ResolvedBackend,
     ResolvedCredentials,
     dump,
+    gcp_locations,
 )
 
 FORMAT = "Envoy"
@@ -155,11 +158,9 @@ _TYPE = "type.googleapis.com/envoy."
 _HEADER_VALUE = re.compile(r"[\x21-\x7e](?:[\x20-\x7e]*[\x21-\x7e])?")
 """A header value Envoy sends as it is: visible ASCII, inner spaces, no CR, LF or NUL (which
 would end the header, or be refused by the codec) and no blank at either end."""
-_REGION = re.compile(r"[a-z]{2}(?:-[a-z0-9]+)+|[a-z][a-z0-9-]{0,62}")
-_PROJECT = re.compile(
-    r"(?:[a-z0-9-]{1,63}(?:\.[a-z0-9-]{1,63}){0,8}:)?[a-z][a-z0-9-]{4,28}[a-z0-9]|[0-9]{1,20}"
-)
-"""As :data:`.litellm._PROJECT`: a project ID or number, never ``/``, ``..``, ``?`` or ``%``."""
+_AWS_REGION = re.compile(r"[a-z]{2}(?:-[a-z0-9]+)+")
+"""An AWS region (``us-east-1``, ``us-gov-west-1``): it goes into the routing part."""
+
 _HOSTNAME = re.compile(r"(?=.{1,253}\Z)[A-Za-z0-9](?:[-A-Za-z0-9.]*[A-Za-z0-9])?")
 _FILE_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
 _MAX_KEY = 253
@@ -452,7 +453,7 @@ def _root(schema: str, c: ResolvedCredentials | None) -> str:
 
 
 def _vertex_root(gcp: GCPLocation) -> str | None:
-    if _PROJECT.fullmatch(gcp.project) is None or _REGION.fullmatch(gcp.region) is None:
+    if GCP_PROJECT.fullmatch(gcp.project) is None or GCP_REGION.fullmatch(gcp.region) is None:
         return None
     return VERTEX_ROOT.format(project=gcp.project, region=gcp.region)
 
@@ -560,7 +561,7 @@ def _aws(
     values = {k: (section.get(k) or "").strip() for k in (*keys, "aws_session_token")}
     if any(v and _HEADER_VALUE.fullmatch(v) is None for v in values.values()):
         return "credential type AWSCredentials: data.credentials holds a value that is not one line"
-    if _REGION.fullmatch(values["region"]) is None:
+    if _AWS_REGION.fullmatch(values["region"]) is None:
         return "credential type AWSCredentials: the region in data.credentials is not a region"
     lines = ["[default]"] + [
         f"{k} = {values[k]}"
@@ -784,11 +785,7 @@ def render(route: api.Route, backends: Backends) -> Rendered:
 def inputs_hash(route: api.Route, backends: Backends) -> str:
     """As :func:`.litellm.inputs_hash`, with the listener (``spec.output``) too."""
     inner = own.inputs_hash(route, backends)
-    gcp = {
-        name: [b.credentials.gcp.project, b.credentials.gcp.region]
-        for name, b in sorted(backends.items())
-        if b.credentials is not None and b.credentials.gcp is not None
-    }
+    gcp = gcp_locations(backends)
     output = route["spec"].get("output") or {}
     return hashlib.sha256(
         orjson.dumps([FORMAT, RENDER_REVISION, inner, gcp, output], option=orjson.OPT_SORT_KEYS)

@@ -67,7 +67,6 @@ from __future__ import annotations
 
 import configparser
 import hashlib
-import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -76,6 +75,8 @@ import orjson
 from controllers.reconcilers import api
 from controllers.reconcilers.route.formats import own
 from controllers.reconcilers.route.formats.base import (
+    GCP_PROJECT,
+    GCP_REGION,
     IMPLICIT_HEADER,
     Backends,
     Gap,
@@ -84,6 +85,7 @@ from controllers.reconcilers.route.formats.base import (
     ResolvedBackend,
     ResolvedCredentials,
     dump,
+    gcp_locations,
 )
 
 FORMAT = "LiteLLM"
@@ -125,15 +127,6 @@ VERTEX_PUBLISHER = "google"
 """Vertex AI's OpenAI-compatible endpoint names a model ``<publisher>/<model>``; a Route's
 ``modelName`` for a ``GCPVertexAI`` backend is the model's own name (``gemini-2.0-flash``), as
 the publisher's path in Vertex AI's own API (``publishers/google/models/{model}``)."""
-_PROJECT = re.compile(
-    r"(?:[a-z0-9-]{1,63}(?:\.[a-z0-9-]{1,63}){0,8}:)?[a-z][a-z0-9-]{4,28}[a-z0-9]|[0-9]{1,20}"
-)
-"""A Google Cloud project ID (6 to 30 lowercase letters, digits and hyphens, a letter first,
-not a hyphen last), with the ``domain:`` prefix of the older ones, or a project number (which
-Vertex AI's paths take too): never a ``/``, ``..``, ``?`` or ``%`` that would take the token to
-another path of the host."""
-_REGION = re.compile(r"[a-z][a-z0-9-]{0,62}")
-"""A Vertex AI location (``us-central1``, ``europe-west4``, ``global``)."""
 
 
 def build(route: api.Route, backends: Backends) -> tuple[dict[str, Any], list[Gap]]:
@@ -212,11 +205,7 @@ def inputs_hash(route: api.Route, backends: Backends) -> str:
     formats of the same inputs never hash alike."""
     inner = own.inputs_hash(route, backends)
     # what this format reads beyond rotator's own: the GCP policies' project and region
-    gcp = {
-        name: [b.credentials.gcp.project, b.credentials.gcp.region]
-        for name, b in sorted(backends.items())
-        if b.credentials is not None and b.credentials.gcp is not None
-    }
+    gcp = gcp_locations(backends)
     return hashlib.sha256(orjson.dumps([FORMAT, RENDER_REVISION, inner, gcp])).hexdigest()
 
 
@@ -376,12 +365,12 @@ def _vertex(
 def _location_problem(gcp: GCPLocation) -> str | None:
     """Why a policy's project or region cannot be put in a Vertex AI path, if so (naming the
     field, never the value)."""
-    if _PROJECT.fullmatch(gcp.project) is None:
+    if GCP_PROJECT.fullmatch(gcp.project) is None:
         return (
             "gcpCredentials.projectName is not a Google Cloud project ID (6 to 30 lowercase "
             "letters, digits and hyphens) or number: the Vertex AI path cannot name it"
         )
-    if _REGION.fullmatch(gcp.region) is None:
+    if GCP_REGION.fullmatch(gcp.region) is None:
         return (
             "gcpCredentials.region is not a Vertex AI location (lowercase letters, digits and "
             "hyphens): the Vertex AI path cannot name it"
