@@ -38,6 +38,7 @@ from __future__ import annotations
 import random
 import re
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC
@@ -612,11 +613,11 @@ class Coordinator:
         for thread in threads:
             thread.start()
         budget = self._o.graceful_shutdown_timeout + self._o.renew_deadline + 2.0
-        end = self._clock.monotonic() + budget
+        end = time.monotonic() + budget  # real seconds: how long this stop may take
         for thread in threads:
             thread.join(budget)
-        while self.held() and self._clock.monotonic() < end:  # the others, on their threads
-            self._stop.wait(0.05)
+        while self.held() and time.monotonic() < end and not self.fatal.is_set():
+            self._stop.wait(0.05)  # the shards given back or lost before, on their own threads
         if self._member_thread is not None:
             self._member_thread.join(self._o.renew_deadline)
         if self._member is not None:
