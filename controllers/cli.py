@@ -33,6 +33,7 @@ from types import FrameType
 from typing import NoReturn
 
 import structlog
+from kubernetes import client as k8s_client
 
 import rotator
 from controllers import logs
@@ -40,7 +41,7 @@ from controllers.commands import entry as commands
 from controllers.reconcilers import api, credentialsources, setup
 from controllers.runtime import client as clients
 from controllers.runtime import clock as clocks
-from controllers.runtime import leaderelection, manager, restconfig, tlsserving
+from controllers.runtime import leaderelection, manager, restconfig, shards, tlsserving
 from controllers.runtime import metrics as metric_families
 from controllers.runtime.informer import InformerOptions
 from rotator.providers import azure_endpoints
@@ -112,6 +113,28 @@ def _add_run_flags(p: argparse.ArgumentParser, *, with_kubeconfig: bool = True) 
         "--leader-election-id",
         default=LEADER_ELECTION_ID,
         help=f"name of the Lease (default {LEADER_ELECTION_ID})",
+    )
+    p.add_argument(
+        "--leader-election-lease-duration",
+        type=float,
+        default=15.0,
+        metavar="SECONDS",
+        help="seconds a candidate waits after the Lease's last change before taking it over "
+        "(default 15)",
+    )
+    p.add_argument(
+        "--leader-election-renew-deadline",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="seconds the holder keeps trying to renew before it gives the work up (default 10)",
+    )
+    p.add_argument(
+        "--leader-election-retry-period",
+        type=float,
+        default=2.0,
+        metavar="SECONDS",
+        help="seconds between attempts to acquire or renew (default 2)",
     )
     p.add_argument(
         "--workers", type=int, default=4, help="concurrent reconciles per controller (default 4)"
@@ -196,6 +219,14 @@ def build_parser(prog: str = "rotator") -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run the controller manager")
     _add_run_flags(run)
+    run.add_argument(
+        "--shards",
+        type=int,
+        default=1,
+        help="shards of the namespaces (by the FNV-1a hash of their name), each with a Lease of "
+        "its own, shared fairly among the replicas; 1: one leader does all (the default). "
+        "Needs --leader-election-namespace outside a cluster, and config/sharding's RBAC",
+    )
     dev = sub.add_parser("dev", help="a local control plane plus the controller, in the foreground")
     _add_run_flags(dev, with_kubeconfig=False)
     dev.add_argument(
@@ -350,7 +381,8 @@ def _run(
             return EXIT_USAGE
     identity = f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
     election = None
-    if args.leader_elect:
+    sharded = getattr(args, "shards", 1) != 1  # only `rotator run` has --shards
+    if args.leader_elect or sharded:
         namespace = args.leader_election_namespace or restconfig.in_cluster_namespace(
             args.in_cluster_dir
         )
@@ -360,9 +392,33 @@ def _run(
                 file=sys.stderr,
             )
             return EXIT_USAGE
-        election = leaderelection.LeaderElectionOptions(
-            name=args.leader_election_id, namespace=namespace, identity=identity
-        )
+        try:
+            election = leaderelection.LeaderElectionOptions(
+                name=args.leader_election_id,
+                namespace=namespace,
+                identity=identity,
+                lease_duration=args.leader_election_lease_duration,
+                renew_deadline=args.leader_election_renew_deadline,
+                retry_period=args.leader_election_retry_period,
+            )
+            shard_options = (
+                shards.ShardOptions(
+                    id=args.leader_election_id,
+                    namespace=namespace,
+                    identity=identity,
+                    shards=args.shards,
+                    lease_duration=election.lease_duration,
+                    renew_deadline=election.renew_deadline,
+                    retry_period=election.retry_period,
+                )
+                if sharded
+                else None
+            )
+        except ValueError as exc:
+            print(f"rotator: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        if shard_options is not None:
+            return _run_sharded(args, api_client, shard_options, identity, stop)
     metrics = metric_families.Metrics(prefix="rotator")
     client = clients.Client(api_client, metrics=metrics.for_requests(api_client.configuration.host))
     options = manager.ManagerOptions(
@@ -378,27 +434,64 @@ def _run(
     )
     clock = clocks.RealClock()  # the one time source of the manager and the reconcilers
     mgr = manager.Manager(client, options, metrics=metrics, clock=clock)
-    setup.register(
-        mgr,
-        clock=clock,
-        options=setup.ChainOptions(
-            workers=args.workers,
-            iam_key_grace_period=args.iam_key_grace_period,
-            gcp_endpoints=GCPEndpoints(
-                sts_url=args.gcp_sts_endpoint,
-                iam_credentials_url=args.gcp_iam_credentials_endpoint,
-                token_uri=args.gcp_token_uri,
-            ),
-            azure_authority_host=args.azure_authority_host,
-            allow_insecure_oidc_issuers=args.allow_insecure_oidc_issuers,
-            controller_identity_namespaces=args.controller_identity_namespaces,
-        ),
-    )
+    setup.register(mgr, clock=clock, options=_chain_options(args))
     if attach is not None:
         attach(mgr)
     stop = stop or _stop_on_signals()
     log.info("rotator.starting", version=rotator.__version__, identity=identity, server=client.host)
     return mgr.run(stop)
+
+
+def _chain_options(args: argparse.Namespace) -> setup.ChainOptions:
+    return setup.ChainOptions(
+        workers=args.workers,
+        iam_key_grace_period=args.iam_key_grace_period,
+        gcp_endpoints=GCPEndpoints(
+            sts_url=args.gcp_sts_endpoint,
+            iam_credentials_url=args.gcp_iam_credentials_endpoint,
+            token_uri=args.gcp_token_uri,
+        ),
+        azure_authority_host=args.azure_authority_host,
+        allow_insecure_oidc_issuers=args.allow_insecure_oidc_issuers,
+        controller_identity_namespaces=args.controller_identity_namespaces,
+    )
+
+
+def _run_sharded(
+    args: argparse.Namespace,
+    api_client: k8s_client.ApiClient,
+    shard_options: shards.ShardOptions,
+    identity: str,
+    stop: threading.Event | None,
+) -> int:
+    """``--shards N`` (N > 1): the shared parts in a manager without controllers or leader
+    election, and a shard coordinator that builds the chain's controllers per shard it takes
+    (controllers/runtime/shards.py)."""
+    metrics = metric_families.Metrics(prefix="rotator")
+    client = clients.Client(api_client, metrics=metrics.for_requests(api_client.configuration.host))
+    options = manager.ManagerOptions(
+        namespaces=tuple(args.namespaces),
+        metrics_bind_address=args.metrics_bind_address,
+        metrics_secure=args.metrics_secure,
+        metrics_cert_dir=args.metrics_cert_dir,
+        health_probe_bind_address=args.health_probe_bind_address,
+        identity=identity,
+        freeze_heap=True,
+        informer=InformerOptions(resync_period=args.sync_period),
+    )
+    clock = clocks.RealClock()
+    mgr = manager.Manager(client, options, metrics=metrics, clock=clock)
+    build = setup.per_shard(mgr, options=_chain_options(args), clock=clock)
+    sharded = shards.ShardedManager(mgr, shard_options, register=build)
+    stop = stop or _stop_on_signals()
+    log.info(
+        "rotator.starting",
+        version=rotator.__version__,
+        identity=identity,
+        server=client.host,
+        shards=shard_options.shards,
+    )
+    return sharded.run(stop)
 
 
 def _dev(args: argparse.Namespace) -> int:

@@ -12,7 +12,7 @@ returns, and fails when they differ.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from controllers.reconcilers.backend import wiring as backend_wiring
@@ -32,8 +32,7 @@ from controllers.reconcilers.route import formats as route_formats
 from controllers.reconcilers.route import wiring as route_wiring
 from controllers.reconcilers.tokens import ServiceAccountTokens
 from controllers.runtime import clock as clocks
-from controllers.runtime.builder import Wiring
-from controllers.runtime.manager import Manager
+from controllers.runtime.builder import ControllerHost, Wiring
 from rotator import oidc
 from rotator.providers import azure_endpoints
 from rotator.providers.gcp.endpoints import Endpoints as GCPEndpoints
@@ -64,7 +63,7 @@ class ChainOptions:
 
 
 def credential_sources(
-    mgr: Manager, metrics: CredentialMetrics, options: ChainOptions
+    mgr: ControllerHost, metrics: CredentialMetrics, options: ChainOptions
 ) -> dict[str, CredentialSource]:
     """One source per policy type, with the provider clients they share — each cloud's built,
     and its SDK imported, when the first policy that calls that cloud is reconciled
@@ -102,16 +101,23 @@ def credential_sources(
 
 
 def register(
-    mgr: Manager,
+    mgr: ControllerHost,
     *,
     options: ChainOptions | None = None,
     by_type: Mapping[str, CredentialSource] | None = None,
     clock: clocks.Clock | None = None,
+    credential_metrics: CredentialMetrics | None = None,
+    route_metrics: RouteMetrics | None = None,
 ) -> tuple[Wiring, ...]:
-    """Builds the chain's controllers in ``mgr``; returns their wiring, in start order."""
+    """Builds the chain's controllers in ``mgr``; returns their wiring, in start order.
+
+    A sharded replica calls it once per shard it takes (``mgr`` is then the shard), with the
+    credential sources, ``credential_metrics`` and ``route_metrics`` it built once: the metric
+    families are registered once per process (a second registration is an error), and the
+    providers' clients and bulkheads are the replica's."""
     o = options or ChainOptions()
     clock = clock or clocks.RealClock()
-    metrics = CredentialMetrics(mgr.metrics.registry)
+    metrics = credential_metrics or CredentialMetrics(mgr.metrics.registry)
     by_type = by_type if by_type is not None else credential_sources(mgr, metrics, o)
     chain = chain_cache(mgr.cache, by_type)
     return (
@@ -130,6 +136,30 @@ def register(
             chain,
             workers=o.workers,
             clock=clock,
-            metrics=RouteMetrics(mgr.metrics.registry, formats=route_formats.FORMATS),
+            metrics=route_metrics
+            or RouteMetrics(mgr.metrics.registry, formats=route_formats.FORMATS),
         ),
     )
+
+
+def per_shard(
+    mgr: ControllerHost, *, options: ChainOptions | None = None, clock: clocks.Clock | None = None
+) -> Callable[[ControllerHost], tuple[Wiring, ...]]:
+    """For a sharded replica (``rotator run --shards N``): the credential sources and metrics
+    built once in ``mgr``, and what builds the chain's controllers in each shard it takes."""
+    o = options or ChainOptions()
+    metrics = CredentialMetrics(mgr.metrics.registry)
+    routes = RouteMetrics(mgr.metrics.registry, formats=route_formats.FORMATS)
+    by_type = credential_sources(mgr, metrics, o)
+
+    def build(shard: ControllerHost) -> tuple[Wiring, ...]:
+        return register(
+            shard,
+            options=o,
+            by_type=by_type,
+            clock=clock,
+            credential_metrics=metrics,
+            route_metrics=routes,
+        )
+
+    return build

@@ -22,13 +22,37 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, Self
+from typing import Any, Literal, Protocol, Self
 
-from controllers.runtime import reconcile, sources
+from controllers.runtime import cache as caches
+from controllers.runtime import client as clients
+from controllers.runtime import events, reconcile, sources
+from controllers.runtime import metrics as metric_families
 from controllers.runtime.controller import Controller, ControllerOptions
 from controllers.runtime.informer import Informer
-from controllers.runtime.manager import Manager
 from controllers.runtime.objects import Body
+
+
+class ControllerHost(Protocol):
+    """What builds and runs controllers: the :class:`~.manager.Manager`, or one shard of a
+    sharded replica (:class:`~.shards.Shard`), whose cache holds only that shard's objects."""
+
+    @property
+    def api(self) -> clients.Client: ...
+
+    @property
+    def cache(self) -> caches.Cache: ...
+
+    @property
+    def metrics(self) -> metric_families.Metrics: ...
+
+    @property
+    def recorder(self) -> events.EventRecorder: ...
+
+    def new_controller(
+        self, name: str, reconciler: reconcile.Reconciler, options: ControllerOptions | None = None
+    ) -> Controller: ...
+
 
 Mapper = Callable[[Mapping[str, Any]], Iterable[reconcile.Request]]
 """A changed object → the requests it wakes (old and new, on update)."""
@@ -99,7 +123,7 @@ class Wiring:
 class Builder:
     """Collects one controller's sources; :meth:`complete` builds it in the manager."""
 
-    def __init__(self, mgr: Manager) -> None:
+    def __init__(self, mgr: ControllerHost) -> None:
         self._mgr = mgr
         self._name = ""
         self._for: Informer | None = None
@@ -155,6 +179,6 @@ class Builder:
         return self._for
 
 
-def controller_managed_by(mgr: Manager) -> Builder:
+def controller_managed_by(mgr: ControllerHost) -> Builder:
     """A builder of one controller that ``mgr`` runs."""
     return Builder(mgr)

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from controllers.runtime import apiclient, errors, objects
+from controllers.runtime import apiclient, errors, objects, sharding
 from controllers.runtime import client as clients
 from controllers.runtime import clock as clocks
 from controllers.runtime.informer import Informer, InformerOptions, Transform
@@ -31,7 +31,8 @@ class View:
 
 
 class Cache:
-    """Informers by :class:`View`; ``namespaces`` limits namespaced kinds (empty: all)."""
+    """Informers by :class:`View`; ``namespaces`` limits namespaced kinds (empty: all), and
+    ``shard`` to the namespaces of some shards (:mod:`.sharding`; None: every namespace)."""
 
     def __init__(
         self,
@@ -40,8 +41,10 @@ class Cache:
         namespaces: Sequence[str] = (),
         options: InformerOptions | None = None,
         clock: clocks.Clock | None = None,
+        shard: sharding.ShardFilter | None = None,
     ) -> None:
         self._api = api
+        self._shard = shard
         self._clock = clock or clocks.RealClock()
         self._namespaces = list(namespaces)
         self._options = options or InformerOptions()
@@ -89,6 +92,7 @@ class Cache:
                     metadata_only=metadata_only,
                     transform=transform,
                     options=options,
+                    shard=self._shard,
                 )
                 self._informers[view] = informer
                 if self._started:
@@ -117,6 +121,12 @@ class Cache:
         with self._lock:
             informers = list(self._informers.values())
         return all(i.wait_for_sync(max(0.0, end - self._clock.monotonic())) for i in informers)
+
+    def filtering(self) -> set[str]:
+        """How the informers' shards were filtered (``server-side``, ``client-side``), as their
+        lists were answered; empty without a shard or before the first list."""
+        with self._lock:
+            return {i.filtering for i in self._informers.values() if i.filtering is not None}
 
     def unsynced(self) -> list[str]:
         """Names of the views not yet synced, for ``/readyz`` and logs."""

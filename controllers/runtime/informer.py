@@ -18,6 +18,10 @@ not request watch bookmarks. This module keeps client-go's reflector semantics i
   a :class:`~.compaction.Compactor` makes what is kept share the keys, strings and key tables
   cached objects repeat.
 * ``has_synced()`` is true once every namespace's first list is stored and handed to handlers.
+* ``shard`` (namespaced kinds): only the objects of those shards' namespaces, asked of the
+  server with a ``shardSelector`` and, whatever it answers, tested again here before anything is
+  stored or handed on; :attr:`Informer.filtering` says whether the server filtered (its list
+  echoed the selector in ``metadata.shardInfo``) or this side did.
 
 Handlers run on the informer's threads and must be quick (they enqueue keys).
 """
@@ -34,7 +38,7 @@ import structlog
 
 from controllers.runtime import backoff as backoffs
 from controllers.runtime import client as clients
-from controllers.runtime import errors, objects
+from controllers.runtime import errors, objects, sharding
 from controllers.runtime.compaction import Compactor
 from controllers.runtime.objects import Body, Resource
 from controllers.runtime.store import IndexFunc, Store
@@ -127,8 +131,18 @@ class Informer:
         metadata_only: bool = False,
         transform: Transform | None = None,
         options: InformerOptions | None = None,
+        shard: sharding.ShardFilter | None = None,
     ) -> None:
         self.resource = resource
+        self._shard = shard if resource.namespaced else None
+        self._shard_selector = self._shard.selector if self._shard is not None else None
+        # passed only with a shard: the API stand-ins of the unit tests know no such parameter
+        self._shard_query: dict[str, str] = (
+            {"shard_selector": self._shard_selector} if self._shard_selector else {}
+        )
+        self.filtering: str | None = None
+        """With a shard: ``server-side`` or ``client-side``, as the last list was answered;
+        None without one, or before the first list."""
         self.metadata_only = metadata_only
         self.store = Store()
         self._api = api
@@ -225,6 +239,7 @@ class Informer:
                     label_selector=self._label_selector,
                     field_selector=self._field_selector,
                     metadata_only=self.metadata_only,
+                    **self._shard_query,
                 )
                 with self._streams_lock:
                     self._streams[namespace] = stream
@@ -268,6 +283,7 @@ class Informer:
                     continue_token=continue_token,
                     metadata_only=self.metadata_only,
                     max_bytes=max_bytes,
+                    **self._shard_query,
                 )
             except clients.BodyTooLarge:
                 if limit == 1:
@@ -281,9 +297,12 @@ class Informer:
             raw: list[Body | None] = page.pop("items", None) or []
             meta = page.get("metadata") or {}
             del page
+            self._note_filtering(meta, first_page=continue_token is None)
             for i, item in enumerate(raw):
                 raw[i] = None  # drop each raw item once transformed: peak memory is one page
                 assert item is not None
+                if not self._in_shard(item):
+                    continue
                 # list items omit apiVersion/kind; watch events carry them
                 item.setdefault("apiVersion", self.resource.api_version)
                 item.setdefault("kind", self.resource.kind)
@@ -316,7 +335,7 @@ class Informer:
             message = str(obj.get("message") or "watch error")
             raise errors.from_status(code, reason=str(obj.get("reason") or ""), message=message)
         new_version = str(objects.meta(obj).get("resourceVersion") or resource_version)
-        if kind == "BOOKMARK":
+        if kind == "BOOKMARK" or not self._in_shard(obj):
             return new_version
         obj = self._transform(dict(obj))
         if kind in ("ADDED", "MODIFIED"):
@@ -331,6 +350,19 @@ class Informer:
             for h in self._current_handlers():
                 _call(h.on_delete, removed if removed is not None else obj)
         return new_version
+
+    def _note_filtering(self, meta: Mapping[str, Any], *, first_page: bool) -> None:
+        """From a list's first page: did the server filter by the shard (it echoes the
+        selector in ``shardInfo``), or does this side (a server without the feature gate)?"""
+        if self._shard_selector is not None and first_page:
+            echoed = (meta.get("shardInfo") or {}).get("selector")
+            self.filtering = "server-side" if echoed == self._shard_selector else "client-side"
+
+    def _in_shard(self, obj: Mapping[str, Any]) -> bool:
+        """Whether ``obj`` is in this informer's shards (always, without any)."""
+        if self._shard is None:
+            return True
+        return self._shard.holds(str((obj.get("metadata") or {}).get("namespace") or ""))
 
     def _mark_synced(self, namespace: str | None) -> None:
         self._synced_scopes.add(namespace)

@@ -200,6 +200,61 @@ class LeaderElector:
         self._log.info("leader.released")
         return True
 
+    # --- for a caller that decides itself when to campaign (shards: controllers/runtime/shards.py)
+
+    def try_acquire(self) -> bool:
+        """One attempt to take (or keep) the Lease, by the same rule as :meth:`run`'s campaign:
+        a Lease held by another is taken only once this elector has seen it unchanged for its
+        ``leaseDurationSeconds`` (:meth:`observe` counts toward that). True: held now; the
+        caller then runs :meth:`hold` (on a thread of its own) to keep renewing it."""
+        if self._attempt(self._o.renew_deadline) is not _Outcome.HELD:
+            return False
+        self._leading.set()
+        self._log.info("leader.elected")
+        return True
+
+    def hold(self, stop: threading.Event) -> None:
+        """Renews a Lease :meth:`try_acquire` took until ``stop`` is set (returns quietly, still
+        holding it: see :meth:`release`) or it is lost (``on_lost``), with :meth:`run`'s renew
+        deadline. ``on_started`` is not called: the caller starts the work itself."""
+        why: str | None = None
+        try:
+            why = self._renew(stop)
+        except Exception as exc:  # any failure of the elector ends the holding
+            why = f"the elector failed: {type(exc).__name__}: {exc}"
+            self._log.exception("leader.elector_failed")
+        finally:
+            self._leading.clear()
+            self._report(False)
+        if why is not None:
+            self._log.error("leader.lost", why=why)
+            self._on_lost()
+
+    def observe(self, lease: Body) -> None:
+        """The Lease as someone else read it (a coordinator listing every Lease once per retry
+        period): a change of its spec restarts the ``leaseDurationSeconds`` this elector waits
+        before taking it over, exactly as its own reads do. Ignored while holding it (its own
+        writes are newer than any list)."""
+        if self.leading:
+            return
+        spec: dict[str, Any] = dict(lease.get("spec") or {})
+        if spec != self._observed_spec:
+            self._observed_spec = spec
+            self._observed_at = self._clock.monotonic()
+        self._observed_version = str(objects.meta(lease).get("resourceVersion", ""))
+
+    def observed(self) -> tuple[str, float] | None:
+        """The holder this elector last saw and the monotonic time until which that holding is
+        live by its rule (seen unchanged for less than ``leaseDurationSeconds``); None when it
+        has seen no Lease yet. While holding it: this identity, until the renew deadline."""
+        if self.leading:
+            return self._o.identity, self._renew_by
+        if self._observed_spec is None:
+            return None
+        holder = str(self._observed_spec.get("holderIdentity") or "")
+        duration = float(self._observed_spec.get("leaseDurationSeconds") or self._o.lease_duration)
+        return holder, self._observed_at + duration
+
     def _acquire(self, stop: threading.Event) -> bool:
         self._log.info("leader.campaigning")
         while not stop.is_set():

@@ -20,6 +20,7 @@ bit-for-bit the API server's, which a test checks against a real API server.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -103,3 +104,26 @@ def selector(owned: Sequence[ShardRange], field: str = NAMESPACE_FIELD) -> str:
     return " || ".join(
         f"shardRange({field}, '{hex64(start)}', '{hex64(end)}')" for start, end in merged(owned)
     )
+
+
+@functools.lru_cache(maxsize=65536)
+def _namespace_hash(namespace: str) -> int:
+    """:func:`fnv1a64` of a namespace, remembered: a cache filtering client-side hashes the
+    namespace of every object it lists or is told of, and namespaces repeat."""
+    return fnv1a64(namespace)
+
+
+@dataclass(frozen=True)
+class ShardFilter:
+    """The objects of some shards: the ``shardSelector`` an informer sends, and the same test
+    on its own side for a server that ignores the selector (no ``shardInfo`` in its answer)."""
+
+    owned: tuple[ShardRange, ...]
+
+    @property
+    def selector(self) -> str:
+        return selector(self.owned)
+
+    def holds(self, namespace: str) -> bool:
+        h = _namespace_hash(namespace)
+        return any(r.start <= h < r.end for r in self.owned)

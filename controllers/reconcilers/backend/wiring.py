@@ -18,14 +18,13 @@ from controllers.reconcilers.cache import indexes
 from controllers.reconcilers.cache.chaincache import ChainCache
 from controllers.runtime import builder, objects
 from controllers.runtime import clock as clocks
-from controllers.runtime.builder import Wiring
+from controllers.runtime.builder import ControllerHost, Wiring
 from controllers.runtime.controller import ControllerOptions
-from controllers.runtime.manager import Manager
 from controllers.runtime.reconcile import Request
 
 
 def setup_with_manager(
-    mgr: Manager, chain: ChainCache, *, workers: int, clock: clocks.Clock
+    mgr: ControllerHost, chain: ChainCache, *, workers: int, clock: clocks.Clock
 ) -> Wiring:
     reconciler = BackendReconciler(
         api_client=mgr.api,

@@ -27,15 +27,14 @@ from controllers.reconcilers.metrics import CredentialMetrics
 from controllers.reconcilers.policy.reconciler import PolicyReconciler
 from controllers.runtime import builder, objects
 from controllers.runtime import clock as clocks
-from controllers.runtime.builder import Wiring
+from controllers.runtime.builder import ControllerHost, Wiring
 from controllers.runtime.cache import FullObjectReader
 from controllers.runtime.controller import ControllerOptions
-from controllers.runtime.manager import Manager
 from controllers.runtime.reconcile import Request
 
 
 def setup_with_manager(
-    mgr: Manager,
+    mgr: ControllerHost,
     chain: ChainCache,
     *,
     by_type: Mapping[str, CredentialSource],

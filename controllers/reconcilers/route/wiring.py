@@ -29,14 +29,13 @@ from controllers.reconcilers.metrics import RouteMetrics
 from controllers.reconcilers.route.reconciler import RouteReconciler
 from controllers.runtime import builder, objects
 from controllers.runtime import clock as clocks
-from controllers.runtime.builder import Wiring
+from controllers.runtime.builder import ControllerHost, Wiring
 from controllers.runtime.controller import ControllerOptions
-from controllers.runtime.manager import Manager
 from controllers.runtime.reconcile import Request
 
 
 def setup_with_manager(
-    mgr: Manager,
+    mgr: ControllerHost,
     chain: ChainCache,
     *,
     workers: int,

@@ -1,0 +1,707 @@
+"""Shards (``rotator run --shards N``, N > 1): each replica works on a fair share of N shards,
+each guarded by a Lease of its own, instead of one leader working on everything.
+
+A shard is one of N equal ranges of the 64-bit FNV-1a hash of an object's namespace
+(:mod:`.sharding`, as the API server computes it). Per held shard a replica runs a
+:class:`Shard`: its own cache (informers that list and watch only that shard's namespaces — with
+a ``shardSelector`` the server honours where it echoes ``shardInfo``, and the same test on this
+side before anything is stored, for a server without the feature gate), its own timers and work
+queues, and its own controllers, built by the same setup code as the single leader's. The
+metrics and probe servers, the Event recorder and the credential sources are the replica's.
+
+The Leases, in the leader election's namespace (``<id>`` is ``--leader-election-id``):
+
+* ``<id>-member-<identity>``: one per replica, renewed while it lives; the live ones are the
+  replicas the shards are shared among (:func:`.shareplan.share`).
+* ``<id>-shard-<i>-of-<N>``: held by the replica that works on shard ``i``; taken, renewed and
+  released by :class:`~.leaderelection.LeaderElector`, with its timing contract.
+
+The :class:`Coordinator` lists the namespace's Leases once per retry period (one request),
+computes :func:`.shareplan.plan`, and acts on it: it campaigns for free or expired shard Leases
+up to its share (a Lease another holds is taken only once it stood unchanged for its
+``leaseDurationSeconds``, as the elector's own rule), and gives back the excess — that shard's
+controllers stop taking work and finish their in-flight reconciles while its Lease is still
+renewed, and only then is the Lease released, its informers stopped. A shard whose Lease could
+not be renewed within the renew deadline stops its controllers at once; if a reconcile is still
+running after half the time the Lease leaves before anyone may take it over
+(``lease_duration - renew_deadline``), the process must end (:attr:`ShardedManager.run` returns
+1), as when the single leader loses its Lease. A graceful stop drains and releases every shard,
+then the membership Lease.
+
+``/readyz`` fails while a held shard's caches have not synced; ``/healthz`` when the
+coordinator's thread or a held shard's worker has ended. ``<prefix>_shards_held`` says how many
+shards the replica holds.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC
+
+import structlog
+from apscheduler.executors.pool import ThreadPoolExecutor
+from apscheduler.schedulers.background import BackgroundScheduler
+from prometheus_client import Gauge
+
+from controllers.runtime import cache as caches
+from controllers.runtime import client as clients
+from controllers.runtime import clock as clocks
+from controllers.runtime import controller as controllers
+from controllers.runtime import (
+    errors,
+    events,
+    leaderelection,
+    objects,
+    reconcile,
+    sharding,
+    shareplan,
+    timers,
+)
+from controllers.runtime import manager as managers
+from controllers.runtime import metrics as metric_families
+from controllers.runtime.informer import InformerOptions
+from controllers.runtime.objects import Body
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class ShardOptions:
+    id: str
+    """The prefix of every Lease (``--leader-election-id``)."""
+    namespace: str
+    """The Leases' namespace."""
+    identity: str
+    """This replica (host name plus a random suffix)."""
+    shards: int
+    lease_duration: float = 15.0
+    renew_deadline: float = 10.0
+    retry_period: float = 2.0
+    graceful_shutdown_timeout: float = 30.0
+    """Seconds a shard's in-flight reconciles get to finish when it is given back or the
+    replica stops. Defaults to 30, as the manager's."""
+    cache_sync_timeout: float = 120.0
+    """Seconds a shard's informers get to sync; a shard that did not is given back."""
+
+    def __post_init__(self) -> None:
+        sharding.ranges(self.shards)  # in bounds
+        self.election("check")  # the timing contract holds
+
+    def shard_lease(self, index: int) -> str:
+        return f"{self.id}-shard-{index}-of-{self.shards}"
+
+    @property
+    def member_prefix(self) -> str:
+        return f"{self.id}-member-"
+
+    @property
+    def member_lease(self) -> str:
+        """This replica's membership Lease: its identity made a DNS name (lower case, ``-``)."""
+        name = re.sub(r"[^a-z0-9-]+", "-", self.identity.lower()).strip("-")
+        return (self.member_prefix + name)[:253].rstrip("-")
+
+    def election(self, name: str) -> leaderelection.LeaderElectionOptions:
+        return leaderelection.LeaderElectionOptions(
+            name=name,
+            namespace=self.namespace,
+            identity=self.identity,
+            lease_duration=self.lease_duration,
+            renew_deadline=self.renew_deadline,
+            retry_period=self.retry_period,
+        )
+
+
+class Shard:
+    """One held shard: its cache, timers and controllers (a
+    :class:`~.builder.ControllerHost` for the setup code); the API client, metrics and Event
+    recorder are the replica's."""
+
+    def __init__(
+        self,
+        index: int,
+        shards: int,
+        *,
+        api: clients.Client,
+        metrics: metric_families.Metrics,
+        recorder: events.EventRecorder,
+        clock: clocks.Clock,
+        namespaces: Sequence[str] = (),
+        informer: InformerOptions | None = None,
+    ) -> None:
+        self.index = index
+        self._api, self._metrics, self._recorder, self.clock = api, metrics, recorder, clock
+        owned = sharding.ShardFilter((sharding.ranges(shards)[index],))
+        self._cache = caches.Cache(
+            api, namespaces=namespaces, options=informer, clock=clock, shard=owned
+        )
+        self.scheduler = BackgroundScheduler(
+            timezone=UTC, executors={"default": ThreadPoolExecutor(2)}
+        )
+        self.timers = timers.APSchedulerTimers(self.scheduler)
+        self.controllers: list[controllers.Controller] = []
+        self._lock = threading.Lock()
+        self._stopping = False
+        self._started = False
+
+    @property
+    def api(self) -> clients.Client:
+        return self._api
+
+    @property
+    def cache(self) -> caches.Cache:
+        return self._cache
+
+    @property
+    def metrics(self) -> metric_families.Metrics:
+        return self._metrics
+
+    @property
+    def recorder(self) -> events.EventRecorder:
+        return self._recorder
+
+    def new_controller(
+        self,
+        name: str,
+        reconciler: reconcile.Reconciler,
+        options: controllers.ControllerOptions | None = None,
+    ) -> controllers.Controller:
+        controller = controllers.Controller(
+            name,
+            reconciler,
+            timers=self.timers,
+            metrics=self._metrics,
+            options=options,
+            clock=self.clock,
+        )
+        self.controllers.append(controller)
+        return controller
+
+    def start_cache(self) -> None:
+        self.scheduler.start()
+        self._cache.start()
+
+    def start_controllers(self) -> bool:
+        """Starts the controllers, unless the shard is stopping; True if started."""
+        with self._lock:
+            if self._stopping:
+                return False
+            for controller in self.controllers:
+                controller.start()
+            self._started = True
+            return True
+
+    def stop_controllers(self, timeout: float) -> bool:
+        """Stops taking work and waits up to ``timeout`` for in-flight reconciles (every
+        controller at once); True if all finished. Later :meth:`start_controllers` do nothing."""
+        with self._lock:
+            self._stopping = True
+            started = self._started
+        if not started:
+            return True
+        results: dict[str, bool] = {}
+
+        def stop(c: controllers.Controller) -> None:
+            results[c.name] = c.stop(timeout)
+
+        threads = [
+            threading.Thread(target=stop, args=(c,), name=f"stop-{c.name}-{self.index}")
+            for c in self.controllers
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout + 1.0)
+        return len(results) == len(threads) and all(results.values())
+
+    def close(self) -> None:
+        """Stops the informers and the timers (after :meth:`stop_controllers`)."""
+        if self.scheduler.running:
+            self.scheduler.shutdown(wait=False)
+        self._cache.stop()
+
+    def dead_workers(self) -> list[str]:
+        return [w for c in self.controllers for w in c.dead_workers()]
+
+
+@dataclass
+class _Held:
+    """A shard whose Lease this replica holds, and what runs it."""
+
+    index: int
+    elector: leaderelection.LeaderElector
+    renewing: threading.Thread
+    stop_renewing: threading.Event = field(default_factory=threading.Event)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    shard: Shard | None = None
+    stopping: bool = False
+    """Being given back, lost, or stopped with the replica: no new start."""
+    lost: bool = False
+    ready: threading.Event = field(default_factory=threading.Event)
+    """Caches synced and controllers started."""
+    starter: threading.Thread | None = None
+
+    def halted(self) -> bool:
+        """:attr:`stopping`, read again (another thread sets it)."""
+        return self.stopping
+
+
+Build = Callable[[int], Shard]
+"""Makes shard ``i`` with its controllers (the composition root's setup code)."""
+
+
+class Coordinator:
+    """Takes and gives back shards; see the module's docstring."""
+
+    def __init__(
+        self,
+        api: clients.Client,
+        options: ShardOptions,
+        *,
+        build: Build,
+        held_gauge: Callable[[int], None] = lambda n: None,
+        report: Callable[[str, bool], None] = lambda lease, holding: None,
+        clock: clocks.Clock | None = None,
+    ) -> None:
+        self._api = api
+        self._o = options
+        self._build = build
+        self._held_gauge = held_gauge
+        self._report = report
+        self._clock = clock or clocks.RealClock()
+        self._rng = random.Random()  # noqa: S311 - jitter, not cryptography
+        self._electors = [self._elector(i) for i in range(options.shards)]
+        self._held: dict[int, _Held] = {}
+        self._lock = threading.Lock()
+        self._members: dict[str, tuple[dict[str, object], float]] = {}
+        self._member: leaderelection.LeaderElector | None = None
+        self._member_thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._mode_logged = False
+        self.fatal = threading.Event()
+        """Set when the process must end now (a lost shard's reconcile would not stop)."""
+        self.fatal_why = ""
+        self._log = log.bind(identity=options.identity, shards=options.shards)
+
+    def _elector(self, index: int) -> leaderelection.LeaderElector:
+        name = self._o.shard_lease(index)
+        return leaderelection.LeaderElector(
+            self._api,
+            self._o.election(name),
+            on_started=lambda: None,
+            on_lost=lambda: self._lose(index, "its Lease could not be renewed"),
+            report=lambda holding: self._report(name, holding),
+            clock=self._clock,
+        )
+
+    # --- running -----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._member_thread = threading.Thread(
+            target=self._membership, name="shards-membership", daemon=True
+        )
+        self._member_thread.start()
+        self._thread = threading.Thread(target=self._loop, name="shards-coordinator", daemon=True)
+        self._thread.start()
+
+    def held(self) -> list[int]:
+        with self._lock:
+            return sorted(self._held)
+
+    def unready(self) -> list[int]:
+        """Held shards whose caches have not synced yet (or whose controllers did not start)."""
+        with self._lock:
+            return sorted(i for i, h in self._held.items() if not h.ready.is_set())
+
+    def problem(self) -> str | None:
+        """For ``/healthz``: the coordinator's thread ended, or a held shard's worker did."""
+        if self._thread is not None and not self._thread.is_alive() and not self._stop.is_set():
+            return "the shard coordinator ended"
+        with self._lock:
+            shards = [h.shard for h in self._held.values() if h.shard and not h.stopping]
+        dead = [w for s in shards for w in s.dead_workers()]
+        return f"workers ended: {', '.join(dead)}" if dead else None
+
+    def _loop(self) -> None:
+        # one retry period first, so that replicas starting together see each other's
+        # membership before any takes shards
+        if self._stop.wait(self._o.retry_period * 1.5):
+            return
+        while not self._stop.is_set():
+            try:
+                self.tick()
+            except Exception:  # a failed round is retried at the next; never end the loop
+                self._log.exception("shards.tick_failed")
+            self.check_overdue()
+            self._stop.wait(self._o.retry_period * self._rng.uniform(1.0, 1.2))
+
+    def _membership(self) -> None:
+        """Keeps this replica's membership Lease while it runs (campaigning again if lost)."""
+        while not self._stop.is_set():
+            elector = leaderelection.LeaderElector(
+                self._api,
+                self._o.election(self._o.member_lease),
+                on_started=lambda: None,
+                on_lost=lambda: None,
+                clock=self._clock,
+            )
+            self._member = elector
+            if elector.try_acquire():
+                elector.hold(self._stop)
+            else:
+                self._stop.wait(self._o.retry_period)
+
+    def tick(self) -> None:
+        """One round: read the Leases, plan, act."""
+        try:
+            listed = self._api.list(objects.LEASES, namespace=self._o.namespace)
+        except errors.ApiError as exc:
+            self._log.warning("shards.read_failed", error=str(exc))
+            return
+        leases = {
+            str(objects.meta(lease).get("name")): lease for lease in listed.get("items") or []
+        }
+        now = self._clock.monotonic()
+        members = self._live_members(leases, now)
+        for i, elector in enumerate(self._electors):
+            lease = leases.get(self._o.shard_lease(i))
+            if lease is not None:
+                elector.observe(lease)
+        holdings = self._holdings()
+        plan = shareplan.plan(
+            self._o.identity,
+            shards=self._o.shards,
+            leases=holdings,
+            replicas=members,
+            now=now,
+        )
+        for i in plan.release:
+            self._give_back(i)
+        wanted = len(plan.acquire)
+        # the plan's free shards first, then the other free ones: when two replicas campaign
+        # for the same shard, the one that lost it tries the next in the same round
+        free = [i for i in range(self._o.shards) if not _held_at(holdings.get(i), now)]
+        for i in sorted(free, key=lambda i: (i not in plan.acquire, i)):
+            if wanted <= 0 or self._stop.is_set():
+                break
+            with self._lock:
+                if i in self._held:
+                    continue
+            if self._electors[i].try_acquire():
+                self._take(i)
+                wanted -= 1
+
+    def _holdings(self) -> dict[int, shareplan.Holding | None]:
+        """Each shard's Lease as this replica sees it: its own while it holds it (given back or
+        not yet), else the holder its elector last saw, live while its elector's rule says."""
+        with self._lock:
+            mine = set(self._held)
+        out: dict[int, shareplan.Holding | None] = {}
+        for i, elector in enumerate(self._electors):
+            if i in mine:
+                out[i] = shareplan.Holding(self._o.identity, float("inf"))
+                continue
+            seen = elector.observed()
+            out[i] = None if seen is None or not seen[0] else shareplan.Holding(*seen)
+        return out
+
+    def _live_members(self, leases: dict[str, Body], now: float) -> list[str]:
+        """The holders of live membership Leases (this replica always among them). Live: changed
+        within its ``leaseDurationSeconds`` as seen here, and — on first sight — renewed that
+        recently by the wall clock (a Lease left by a replica long gone is not live)."""
+        wall = self._clock.now()
+        seen: dict[str, tuple[dict[str, object], float]] = {}
+        live = [self._o.identity]
+        for name, lease in leases.items():
+            if not name.startswith(self._o.member_prefix):
+                continue
+            spec: dict[str, object] = dict(lease.get("spec") or {})
+            before = self._members.get(name)
+            observed_at = before[1] if before is not None and before[0] == spec else now
+            seen[name] = (spec, observed_at)
+            holder = str(spec.get("holderIdentity") or "")
+            duration = float(str(spec.get("leaseDurationSeconds") or self._o.lease_duration))
+            renewed = spec.get("renewTime")
+            renewed_at = clocks.parse_rfc3339(renewed) if isinstance(renewed, str) else wall
+            if holder and now < observed_at + duration and wall < renewed_at + duration:
+                live.append(holder)
+        self._members = seen
+        return sorted(set(live))
+
+    # --- taking, giving back, losing ---------------------------------------------------------
+
+    def _take(self, index: int) -> None:
+        elector = self._electors[index]
+        held = _Held(index, elector, threading.Thread())
+        held.renewing = threading.Thread(
+            target=elector.hold,
+            args=(held.stop_renewing,),
+            name=f"shard-{index}-lease",
+            daemon=True,
+        )
+        with self._lock:
+            self._held[index] = held
+            count = len(self._held)
+        self._held_gauge(count)
+        self._log.info("shards.taken", shard=index, lease=self._o.shard_lease(index))
+        held.renewing.start()
+        held.starter = threading.Thread(
+            target=self._start_shard, args=(held,), name=f"shard-{index}-start", daemon=True
+        )
+        held.starter.start()
+
+    def _start_shard(self, held: _Held) -> None:
+        try:
+            shard = self._build(held.index)
+            with held.lock:
+                if held.stopping:
+                    return
+                held.shard = shard
+                shard.start_cache()
+            deadline = self._clock.monotonic() + self._o.cache_sync_timeout
+            while not shard.cache.wait_for_sync(0.5):
+                if held.halted():
+                    return
+                if self._clock.monotonic() > deadline:
+                    self._log.error("shards.cache_sync_timeout", shard=held.index)
+                    self._give_back(held.index)
+                    return
+            self._log_mode(shard)
+            if shard.start_controllers():
+                held.ready.set()
+                self._report(self._o.shard_lease(held.index), True)
+                self._log.info("shards.started", shard=held.index)
+        except Exception:
+            self._log.exception("shards.start_failed", shard=held.index)
+            self._give_back(held.index)
+
+    def _log_mode(self, shard: Shard) -> None:
+        """Once per process: which side filters the shards' objects."""
+        if self._mode_logged:
+            return
+        self._mode_logged = True
+        modes = shard.cache.filtering()
+        mode = "server-side" if modes == {"server-side"} else "client-side"
+        self._log.info("shards.filtering", mode=mode, shard=shard.index)
+
+    def _give_back(self, index: int) -> None:
+        """Drains shard ``index`` and releases its Lease, on a thread of its own."""
+        with self._lock:
+            held = self._held.get(index)
+        if held is None:
+            return
+        with held.lock:
+            if held.stopping:
+                return
+            held.stopping = True
+        self._log.info("shards.giving_back", shard=index)
+        threading.Thread(
+            target=self._drain_and_release, args=(held,), name=f"shard-{index}-release", daemon=True
+        ).start()
+
+    def _drain_and_release(self, held: _Held) -> bool:
+        """Stops the shard's work while its Lease is still renewed, then releases the Lease;
+        True if every reconcile finished and the Lease was released."""
+        shard = self._wait_for_starter(held, self._o.graceful_shutdown_timeout)
+        drained = shard is None or shard.stop_controllers(self._o.graceful_shutdown_timeout)
+        if held.lost:
+            return False  # the loss handles it
+        held.stop_renewing.set()
+        held.renewing.join(self._o.renew_deadline)  # an attempt in flight is bounded by it
+        released = False
+        if not drained:
+            self._fail(f"shard {held.index}: reconciles still running when it was given back")
+        elif not held.renewing.is_alive() and not held.lost:
+            released = held.elector.release()
+        self._forget(held, shard)
+        self._log.info("shards.given_back", shard=held.index, drained=drained, released=released)
+        return drained and released
+
+    def _lose(self, index: int, why: str) -> None:
+        """The Lease of shard ``index`` was not renewed in time: stop its work at once."""
+        with self._lock:
+            held = self._held.get(index)
+        if held is None:
+            return
+        with held.lock:
+            if held.lost:
+                return
+            held.lost = True
+            held.stopping = True
+        self._log.error("shards.lost", shard=index, why=why)
+        threading.Thread(
+            target=self._stop_lost, args=(held,), name=f"shard-{index}-lost", daemon=True
+        ).start()
+
+    def _stop_lost(self, held: _Held) -> None:
+        grace = max(0.0, (self._o.lease_duration - self._o.renew_deadline) / 2)
+        end = self._clock.monotonic() + grace
+        shard = self._wait_for_starter(held, grace)
+        left = max(0.0, end - self._clock.monotonic())
+        stopped = (held.starter is None or not held.starter.is_alive()) and (
+            shard is None or shard.stop_controllers(left)
+        )
+        if not stopped:
+            self._fail(
+                f"shard {held.index} lost, and its reconciles did not stop within {grace:g} s"
+            )
+            return
+        held.stop_renewing.set()
+        self._forget(held, shard)
+
+    def _wait_for_starter(self, held: _Held, timeout: float) -> Shard | None:
+        if held.starter is not None:
+            held.starter.join(timeout)
+        with held.lock:
+            return held.shard
+
+    def _forget(self, held: _Held, shard: Shard | None) -> None:
+        self._report(self._o.shard_lease(held.index), False)
+        if shard is not None:
+            shard.close()
+        with self._lock:
+            if self._held.get(held.index) is held:
+                del self._held[held.index]
+            count = len(self._held)
+        self._held_gauge(count)
+
+    def _fail(self, why: str) -> None:
+        self._log.error("shards.fatal", why=why)
+        self.fatal_why = why
+        self.fatal.set()
+
+    def check_overdue(self) -> None:
+        """A held shard whose elector is past its renew deadline (stuck in a request) or whose
+        renewing thread ended is lost, whether or not the elector said so."""
+        with self._lock:
+            held = list(self._held.values())
+        for h in held:
+            if h.lost or h.stop_renewing.is_set():
+                continue
+            if h.elector.overdue():
+                self._lose(h.index, "past the renew deadline")
+            elif h.renewing.ident is not None and not h.renewing.is_alive():
+                self._lose(h.index, "its renewing thread ended")
+
+    # --- stopping ----------------------------------------------------------------------------
+
+    def shutdown(self) -> bool:
+        """Gives back every shard (drained, then released), then the membership Lease; True
+        if every reconcile finished."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(self._o.renew_deadline + self._o.retry_period)
+        with self._lock:
+            every = list(self._held.values())
+        held = []  # those not being given back or lost already (their own threads end them)
+        for h in every:
+            with h.lock:
+                if not h.stopping:
+                    h.stopping = True
+                    held.append(h)
+        results: dict[int, bool] = {}
+
+        def drain(h: _Held) -> None:
+            results[h.index] = self._drain_and_release(h)
+
+        threads = [threading.Thread(target=drain, args=(h,), daemon=True) for h in held]
+        for thread in threads:
+            thread.start()
+        budget = self._o.graceful_shutdown_timeout + self._o.renew_deadline + 2.0
+        end = time.monotonic() + budget  # real seconds: how long this stop may take
+        for thread in threads:
+            thread.join(budget)
+        while self.held() and time.monotonic() < end and not self.fatal.is_set():
+            self._stop.wait(0.05)  # the shards given back or lost before, on their own threads
+        if self._member_thread is not None:
+            self._member_thread.join(self._o.renew_deadline)
+        if self._member is not None:
+            self._member.release()
+        drained = len(results) == len(held) and all(results.values()) and not self.held()
+        self._log.info("shards.stopped", drained=drained)
+        return drained and not self.fatal.is_set()
+
+
+def _held_at(holding: shareplan.Holding | None, now: float) -> bool:
+    return holding is not None and holding.held(now)
+
+
+class ShardedManager:
+    """A replica with shards: the :class:`~.manager.Manager` runs what is shared (metrics and
+    probe servers, the Event recorder), with no controllers of its own; the
+    :class:`Coordinator` runs the shards."""
+
+    def __init__(
+        self,
+        mgr: managers.Manager,
+        options: ShardOptions,
+        *,
+        register: Callable[[Shard], object],
+        prefix: str = "rotator",
+    ) -> None:
+        self._mgr = mgr
+        self.options = options
+        held = Gauge(
+            f"{prefix}_shards_held",
+            "Shards whose Lease this replica holds (sharded replicas: --shards)",
+            registry=mgr.metrics.registry,
+        )
+        held.set(0)
+
+        def build(index: int) -> Shard:
+            shard = Shard(
+                index,
+                options.shards,
+                api=mgr.api,
+                metrics=mgr.metrics,
+                recorder=mgr.recorder,
+                clock=mgr.clock,
+                namespaces=mgr.options.namespaces,
+                informer=mgr.options.informer,
+            )
+            register(shard)
+            return shard
+
+        self.coordinator = Coordinator(
+            mgr.api,
+            options,
+            build=build,
+            held_gauge=held.set,
+            report=lambda lease, holding: mgr.metrics.leader.labels(lease).set(int(holding)),
+            clock=mgr.clock,
+        )
+        mgr.probes.add_readyz("shards", self._ready)
+        mgr.probes.add_healthz("shards", self.coordinator.problem)
+
+    def _ready(self) -> str | None:
+        pending = self.coordinator.unready()
+        return f"shards not synced: {', '.join(map(str, pending))}" if pending else None
+
+    def run(self, stop: threading.Event) -> int:
+        """Runs until ``stop``; returns the exit code (1: the process must end now)."""
+        shared_stop = threading.Event()
+        codes: list[int] = []
+        shared = threading.Thread(
+            target=lambda: codes.append(self._mgr.run(shared_stop)), name="manager", daemon=True
+        )
+        shared.start()
+        while not self._mgr.cache.has_synced():  # the shared parts are up (it holds no informer)
+            if not shared.is_alive() or stop.wait(0.1):
+                shared_stop.set()
+                shared.join()
+                return managers.EXIT_FAILED if codes != [managers.EXIT_OK] else managers.EXIT_OK
+        self.coordinator.start()
+        while not stop.is_set() and shared.is_alive():
+            if self.coordinator.fatal.wait(0.1):
+                return managers.EXIT_FAILED  # the caller ends the process, and every reconcile
+            self.coordinator.check_overdue()
+        drained = self.coordinator.shutdown()
+        shared_stop.set()
+        shared.join()
+        ok = drained and codes == [managers.EXIT_OK]
+        return managers.EXIT_OK if ok else managers.EXIT_FAILED

@@ -1,0 +1,201 @@
+"""The shard coordinator's decisions (controllers/runtime/shards.py), one round at a time
+(:meth:`Coordinator.tick`) on a fake clock and a fake API server under the real client: alone
+it takes every shard; beside a live replica it takes only its share and never a live Lease; it
+takes a dead holder's shard only once that Lease stood unchanged for its duration; above its
+share it gives back the highest shards, their controllers stopped before the Lease is released;
+a lost shard stops its controllers, and the process must end when they do not stop."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import cast
+
+import pytest
+
+from controllers.runtime import clock as clocks
+from controllers.runtime import objects, shards
+from tests.support.fake_api import FakeTransport, Reply, Request
+from tests.support.polling import wait_for
+
+NS, ID, N = "ns", "rot", 6
+OPTIONS = shards.ShardOptions(
+    id=ID,
+    namespace=NS,
+    identity="me",
+    shards=N,
+    lease_duration=15.0,
+    renew_deadline=10.0,
+    retry_period=0.02,  # real waits between renewals; every timing decision reads the fake clock
+    graceful_shutdown_timeout=1.0,
+)
+LEASES = objects.LEASES.path(namespace=NS)
+
+
+class FakeShard:
+    """What the coordinator runs per shard, recording what was done to it."""
+
+    def __init__(self, index: int, log: list[str], *, drains: bool = True) -> None:
+        self.index = index
+        self._log = log
+        self._drains = drains
+        self.cache = self
+        self.running = False
+
+    def start_cache(self) -> None:
+        self._log.append(f"cache {self.index}")
+
+    def wait_for_sync(self, timeout: float) -> bool:
+        return True
+
+    def filtering(self) -> set[str]:
+        return {"client-side"}
+
+    def start_controllers(self) -> bool:
+        self.running = True
+        return True
+
+    def stop_controllers(self, timeout: float) -> bool:
+        self.running = False
+        self._log.append(f"stop {self.index}")
+        return self._drains
+
+    def close(self) -> None:
+        self._log.append(f"close {self.index}")
+
+    def dead_workers(self) -> list[str]:
+        return []
+
+
+class World:
+    def __init__(self, *, drains: bool = True) -> None:
+        self.clock = clocks.FakeClock()
+        self.log: list[str] = []
+        self.transport = FakeTransport(fault=self._fault)
+        self.shards: dict[int, FakeShard] = {}
+        self.held = 0
+
+        def build(index: int) -> shards.Shard:
+            self.shards[index] = FakeShard(index, self.log, drains=drains)
+            return cast(shards.Shard, self.shards[index])
+
+        self.coordinator = shards.Coordinator(
+            self.transport.client(),
+            OPTIONS,
+            build=build,
+            held_gauge=self._gauge,
+            clock=self.clock,
+        )
+
+    def _gauge(self, n: int) -> None:
+        self.held = n
+
+    def _fault(self, r: Request) -> Reply | None:
+        if r.method == "GET" and r.path == LEASES:  # the fake serves no lists: this one here
+            items = [o for p, o in self.transport.objects.items() if p.startswith(LEASES + "/")]
+            return Reply(200, json.dumps({"items": items, "metadata": {}}).encode())
+        if r.method == "PUT" and not r.body["spec"].get("holderIdentity"):
+            self.log.append(f"release {r.body['metadata']['name']}")
+        return None
+
+    def lease(self, name: str, holder: str) -> None:
+        """A Lease held by ``holder``, renewed now (by the fake clock)."""
+        now = clocks.rfc3339(self.clock.now())
+        spec = {"holderIdentity": holder, "leaseDurationSeconds": 15, "renewTime": now}
+        path = objects.LEASES.path(namespace=NS, name=name)
+        body = {"metadata": {"name": name, "namespace": NS}, "spec": spec}
+        with self.transport._lock:
+            self.transport._store(path, body)
+
+    def holder(self, index: int) -> str:
+        lease = self.transport.objects.get(
+            objects.LEASES.path(namespace=NS, name=OPTIONS.shard_lease(index))
+        )
+        return "" if lease is None else str(lease["spec"].get("holderIdentity") or "")
+
+    def running(self) -> set[int]:
+        return {i for i, s in self.shards.items() if s.running}
+
+
+@pytest.fixture
+def world() -> Iterator[World]:
+    w = World()
+    yield w
+    w.coordinator.shutdown()
+
+
+def test_alone_it_takes_every_shard(world: World) -> None:
+    world.coordinator.tick()
+    assert world.coordinator.held() == list(range(N))
+    assert all(world.holder(i) == "me" for i in range(N))
+    wait_for(lambda: world.running() == set(range(N)), what="every shard running")
+    assert world.held == N
+
+
+def test_beside_a_live_replica_it_takes_its_share_and_no_live_lease(world: World) -> None:
+    world.lease(f"{ID}-member-other", "other")
+    for i in (3, 4, 5):
+        world.lease(OPTIONS.shard_lease(i), "other")
+    world.coordinator.tick()
+    assert world.coordinator.held() == [0, 1, 2]
+    assert [world.holder(i) for i in (3, 4, 5)] == ["other"] * 3
+
+
+def test_a_dead_holders_shard_is_taken_only_once_its_lease_stood_still_for_its_duration(
+    world: World,
+) -> None:
+    for i in range(N):
+        world.lease(OPTIONS.shard_lease(i), "ghost")  # no membership Lease: the replica is gone
+    world.coordinator.tick()
+    assert world.coordinator.held() == []
+    world.clock.advance(14.0)
+    world.coordinator.tick()
+    assert world.coordinator.held() == [], "not while the Lease may still be live"
+    world.clock.advance(2.0)
+    world.coordinator.tick()
+    assert world.coordinator.held() == list(range(N))
+
+
+def test_above_its_share_it_drains_then_releases_the_highest_shards(world: World) -> None:
+    world.coordinator.tick()
+    wait_for(lambda: world.running() == set(range(N)), what="every shard running")
+    world.lease(f"{ID}-member-other", "other")  # a replica joins
+    world.coordinator.tick()
+    wait_for(lambda: world.coordinator.held() == [0, 1, 2], what="three given back")
+    assert [world.holder(i) for i in (3, 4, 5)] == ["", "", ""]
+    for i in (3, 4, 5):
+        stop, release = (
+            world.log.index(f"stop {i}"),
+            world.log.index(f"release {ID}-shard-{i}-of-6"),
+        )
+        assert stop < release, "the work stops before the Lease is released"
+    assert world.running() == {0, 1, 2}
+    assert world.held == 3
+    assert not world.coordinator.fatal.is_set()
+
+
+def test_a_lost_shard_stops_its_work_and_keeps_its_lease_unreleased(world: World) -> None:
+    world.coordinator.tick()
+    wait_for(lambda: world.running() == set(range(N)), what="every shard running")
+    world.clock.advance(OPTIONS.renew_deadline + 1)  # no renewal can succeed in time now
+    wait_for(lambda: world.coordinator.held() == [], what="every shard lost")
+    assert world.running() == set()
+    assert not any(entry.startswith("release") for entry in world.log)
+    assert not world.coordinator.fatal.is_set()
+
+
+def test_a_lost_shard_whose_reconciles_do_not_stop_ends_the_process() -> None:
+    w = World(drains=False)
+    try:
+        w.coordinator.tick()
+        wait_for(lambda: w.running() == set(range(N)), what="every shard running")
+        w.clock.advance(OPTIONS.renew_deadline + 1)
+        assert w.coordinator.fatal.wait(10)
+    finally:
+        w.coordinator.shutdown()
+
+
+def test_lease_names() -> None:
+    assert OPTIONS.shard_lease(2) == "rot-shard-2-of-6"
+    member = shards.ShardOptions(id="rot", namespace=NS, identity="Pod_1.x_ab12", shards=2)
+    assert member.member_lease == "rot-member-pod-1-x-ab12"
