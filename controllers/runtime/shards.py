@@ -278,6 +278,8 @@ class Coordinator:
         self._held: dict[int, _Held] = {}
         self._lock = threading.Lock()
         self._members: dict[str, tuple[dict[str, object], float]] = {}
+        self._single: tuple[dict[str, object], float] | None = None
+        self._waiting_logged = False
         self._member: leaderelection.LeaderElector | None = None
         self._member_thread: threading.Thread | None = None
         self._stop = threading.Event()
@@ -367,6 +369,16 @@ class Coordinator:
             str(objects.meta(lease).get("name")): lease for lease in listed.get("items") or []
         }
         now = self._clock.monotonic()
+        if self._single_leader(leases.get(self._o.id), now):
+            # an upgrade from one leader (the Lease named --leader-election-id): nothing is
+            # taken while it may still work, and nothing held is kept beside it
+            if not self._waiting_logged:
+                self._waiting_logged = True
+                self._log.info("shards.waiting_for_single_leader", lease=self._o.id)
+            for i in self.held():
+                self._give_back(i)
+            return
+        self._waiting_logged = False
         members = self._live_members(leases, now)
         for i, elector in enumerate(self._electors):
             lease = leases.get(self._o.shard_lease(i))
@@ -395,6 +407,23 @@ class Coordinator:
             if self._electors[i].try_acquire():
                 self._take(i)
                 wanted -= 1
+
+    def _single_leader(self, lease: Body | None, now: float) -> bool:
+        """Whether a replica that runs everything under one Lease (``--shards 1``: the Lease
+        named ``--leader-election-id``, today's and earlier releases') may still be working: its
+        Lease has a holder and changed less than its ``leaseDurationSeconds`` ago as seen here
+        (the elector's own rule: a holder that stopped renewing is gone once it stood still that
+        long). A graceful stop releases it (no holder), so a rolling upgrade waits only for the
+        old leader's shutdown; a killed one, for its Lease to expire."""
+        if lease is None:
+            self._single = None
+            return False
+        spec: dict[str, object] = dict(lease.get("spec") or {})
+        before = self._single
+        observed_at = before[1] if before is not None and before[0] == spec else now
+        self._single = (spec, observed_at)
+        duration = float(str(spec.get("leaseDurationSeconds") or self._o.lease_duration))
+        return bool(spec.get("holderIdentity")) and now < observed_at + duration
 
     def _holdings(self) -> dict[int, shareplan.Holding | None]:
         """Each shard's Lease as this replica sees it: its own while it holds it (given back or

@@ -195,6 +195,33 @@ def test_a_lost_shard_whose_reconciles_do_not_stop_ends_the_process() -> None:
         w.coordinator.shutdown()
 
 
+def test_nothing_is_taken_while_a_single_leader_may_still_work(world: World) -> None:
+    """An upgrade from one leader (--shards 1, the Lease named --leader-election-id): the shards
+    wait until that Lease is released, or stood still for its duration (a killed leader)."""
+    world.lease(ID, "old-leader")
+    world.coordinator.tick()
+    assert world.coordinator.held() == []
+    world.clock.advance(14.0)
+    world.coordinator.tick()
+    assert world.coordinator.held() == [], "not while the old leader's Lease may be live"
+    world.clock.advance(2.0)
+    world.coordinator.tick()
+    assert world.coordinator.held() == list(range(N)), "a Lease that stood still: it is gone"
+
+
+def test_a_released_single_leader_lease_lets_the_shards_start_and_a_new_one_stops_them(
+    world: World,
+) -> None:
+    world.lease(ID, "")  # the old leader stopped gracefully: released
+    world.coordinator.tick()
+    wait_for(lambda: world.running() == set(range(N)), what="every shard running")
+    world.lease(ID, "a-single-leader-again")  # a replica of --shards 1 took it: step aside
+    world.coordinator.tick()
+    wait_for(lambda: world.coordinator.held() == [], what="every shard given back")
+    assert world.running() == set()
+    assert all(world.holder(i) == "" for i in range(N))
+
+
 def test_lease_names() -> None:
     assert OPTIONS.shard_lease(2) == "rot-shard-2-of-6"
     member = shards.ShardOptions(id="rot", namespace=NS, identity="Pod_1.x_ab12", shards=2)
