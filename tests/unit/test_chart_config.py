@@ -95,8 +95,21 @@ MISTAKES: dict[str, tuple[dict[str, Any], str]] = {
         "leaderElection.enabled=false needs replicas: 1",
     ),
     "a PodDisruptionBudget with both bounds": (
-        {"podDisruptionBudget": {"maxUnavailable": 1}},
-        "podDisruptionBudget: set exactly one of minAvailable and maxUnavailable",
+        {"podDisruptionBudget": {"minAvailable": 1, "maxUnavailable": 1}},
+        "podDisruptionBudget: set at most one of minAvailable and maxUnavailable",
+    ),
+    "no shards": ({"sharding": {"shards": 0}}, "at '/sharding/shards': minimum: got 0, want 1"),
+    "more shards than the hash ranges allow": (
+        {"sharding": {"shards": 2000}},
+        "at '/sharding/shards': maximum: got 2,000, want 1,024",
+    ),
+    "shards as a string": (
+        {"sharding": {"shards": "6"}},
+        "at '/sharding/shards': got string, want integer",
+    ),
+    "shards without leader election": (
+        {"sharding": {"shards": 6}, "leaderElection": {"enabled": False}, "replicas": 1},
+        "sharding.shards=6 needs leaderElection.enabled=true",
     ),
     # what the restricted Pod Security Standard forbids, refused before the namespace does
     "a privileged container": (

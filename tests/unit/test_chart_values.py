@@ -4,7 +4,10 @@ object by object and leaf by leaf, must be exactly the expected one."""
 
 from __future__ import annotations
 
+import json
+import shutil
 import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -40,6 +43,11 @@ MANAGER_CLUSTER_RBAC = {
     ("ClusterRole", "rotator-manager-role", ""),
     ("ClusterRoleBinding", "rotator-manager-rolebinding", ""),
 }
+SHARDING_RBAC = {
+    ("Role", "rotator-sharding-role", NS),
+    ("RoleBinding", "rotator-sharding-rolebinding", NS),
+}
+SHARDED_ARGS = [*DEFAULT_ARGS[:2], "--shards=6", *DEFAULT_ARGS[2:]]
 METRICS_RBAC = {
     ("ClusterRole", "rotator-metrics-auth-role", ""),
     ("ClusterRoleBinding", "rotator-metrics-auth-rolebinding", ""),
@@ -130,6 +138,36 @@ KNOBS: dict[str, tuple[dict[str, Any], Diff]] = {
             removed={PDB} | LEADER_ELECTION,
         ),
     ),
+    "sharding.shards": (
+        {"sharding": {"shards": 6}},
+        expect(
+            {
+                **deployment({ARGS: SHARDED_ARGS}),
+                # at most one replica, and its shards, away at a time
+                PDB: {("spec", "minAvailable"): REMOVED, ("spec", "maxUnavailable"): 1},
+            },
+            added=SHARDING_RBAC,
+        ),
+    ),
+    "sharding.shards 1 is the default": ({"sharding": {"shards": 1}}, expect()),
+    "sharding.shards with one replica, which takes them all": (
+        {"sharding": {"shards": 6}, "replicas": 1},
+        expect(
+            deployment({("spec", "replicas"): 1, ARGS: SHARDED_ARGS}),
+            added=SHARDING_RBAC,
+            removed={PDB},
+        ),
+    ),
+    "sharding.shards keeps a minAvailable that is set": (
+        {"sharding": {"shards": 6}, "replicas": 4, "podDisruptionBudget": {"minAvailable": 3}},
+        expect(
+            {
+                **deployment({("spec", "replicas"): 4, ARGS: SHARDED_ARGS}),
+                PDB: {("spec", "minAvailable"): 3},
+            },
+            added=SHARDING_RBAC,
+        ),
+    ),
     "resources merge into the defaults": (
         {"resources": {"requests": {"cpu": "50m"}, "limits": {"memory": "256Mi"}}},
         expect(
@@ -150,8 +188,12 @@ KNOBS: dict[str, tuple[dict[str, Any], Diff]] = {
         expect(deployment({("spec", "replicas"): 1})),
     ),
     "podDisruptionBudget maxUnavailable": (
-        {"podDisruptionBudget": {"minAvailable": None, "maxUnavailable": 1}},
+        {"podDisruptionBudget": {"maxUnavailable": 1}},
         expect({PDB: {("spec", "minAvailable"): REMOVED, ("spec", "maxUnavailable"): 1}}),
+    ),
+    "podDisruptionBudget minAvailable": (
+        {"podDisruptionBudget": {"minAvailable": "50%"}},
+        expect({PDB: {("spec", "minAvailable"): "50%"}}),
     ),
     "priorityClassName": (
         {"priorityClassName": "system-cluster-critical"},
@@ -609,3 +651,57 @@ def test_a_label_value_that_is_a_mapping_is_refused() -> None:
         Case({"metrics": {"grafanaDashboard": {"enabled": True, "labels": {"a": {"b": "c"}}}}})
     )
     assert render.error, "a mapping as a label value is refused"
+
+
+def test_the_sharding_role_is_config_sharding(renders: dict[str, Render]) -> None:
+    """The chart's Role for shards has config/sharding's rules (list the Leases, and get, create
+    and update them: the shards' and the replicas' membership Leases, in the release namespace),
+    bound to the controller's ServiceAccount; without shards neither is rendered."""
+    config = yaml.safe_load((helm.REPO / "config" / "sharding" / "sharding_role.yaml").read_text())
+    docs = renders["sharding.shards"].by_identity()
+    role = docs[("Role", "rotator-sharding-role", NS)]
+    assert role["rules"] == config["rules"]
+    assert {"list"} <= set(role["rules"][0]["verbs"])
+    binding = docs[("RoleBinding", "rotator-sharding-rolebinding", NS)]
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": "rotator-sharding-role",
+    }
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "rotator-controller-manager", "namespace": NS}
+    ]
+    # the leader election Role names no Lease, so the shards' names need no rule of their own
+    leader = docs[("Role", "rotator-leader-election-role", NS)]
+    assert all("resourceNames" not in rule for rule in leader["rules"])
+    assert not SHARDING_RBAC & renders["defaults"].by_identity().keys()
+
+
+def _notes(tmp_path: Path, values: dict[str, Any]) -> str:
+    """NOTES.txt as `helm install` prints it: ``helm template`` does not render it, so a copy of
+    the chart renders it through ``tpl`` in a template of its own."""
+    chart = tmp_path / "chart"
+    shutil.copytree(helm.CHART, chart)
+    shutil.copy(chart / "templates" / "NOTES.txt", chart / "files" / "notes.txt")
+    (chart / "templates" / "zz-notes.yaml").write_text(
+        'notes: {{ tpl (.Files.Get "files/notes.txt") . | quote }}\n'
+    )
+    values_file = tmp_path / "values.json"
+    values_file.write_text(json.dumps(values))
+    argv = [str(helm.binary()), "template", helm.RELEASE, str(chart), "-n", NS, "-f"]
+    argv += [str(values_file), "--show-only", "templates/zz-notes.yaml"]
+    out = subprocess.run(argv, capture_output=True, text=True, check=False, env=helm.environment())
+    assert out.returncode == 0, out.stderr
+    notes: str = yaml.safe_load(out.stdout)["notes"]
+    return notes
+
+
+def test_the_notes_name_the_shards_only_when_there_are_some(tmp_path: Path) -> None:
+    assert "shard" not in _notes(tmp_path / "defaults", {})
+    notes = _notes(tmp_path / "six", {"sharding": {"shards": 6}, "replicas": 4})
+    assert "split into 6 shards" in notes
+    assert "rotator-leader-election-shard-<i>-of-6" in notes
+    assert "shared among the 4 replicas (1 or 2 each)" in notes
+    assert "scale to 0 first" in notes
+    one = _notes(tmp_path / "one", {"sharding": {"shards": 6}, "replicas": 1})
+    assert "shared among the 1 replica (it holds all 6)" in one

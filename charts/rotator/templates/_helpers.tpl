@@ -52,6 +52,11 @@ true
 {{- end -}}
 {{- end -}}
 
+{{/* sharding.shards as an integer (1 when a release's values predate it). */}}
+{{- define "rotator.shards" -}}
+{{- int (dig "shards" 1 (.Values.sharding | default dict)) -}}
+{{- end -}}
+
 {{/* The metrics port's name: https when secure (config/default), http otherwise. */}}
 {{- define "rotator.metricsPortName" -}}
 {{- if .Values.metrics.secure }}https{{ else }}http{{ end -}}
