@@ -320,13 +320,18 @@ class Client:
         namespace: str | None = None,
         propagation_policy: str | None = None,
         uid: str | None = None,
+        resource_version: str | None = None,
     ) -> Body:
-        """DELETEs an object; ``uid`` makes it a precondition (only that incarnation)."""
+        """DELETEs an object; ``uid`` and ``resource_version`` make preconditions (only that
+        incarnation; only if unchanged since read)."""
         body: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions"}
         if propagation_policy:
             body["propagationPolicy"] = propagation_policy
-        if uid:
-            body["preconditions"] = {"uid": uid}
+        preconditions = {
+            k: v for k, v in (("uid", uid), ("resourceVersion", resource_version)) if v
+        }
+        if preconditions:
+            body["preconditions"] = preconditions
         path = resource.path(namespace=namespace, name=name)
         return self.request("DELETE", path, body=body)
 

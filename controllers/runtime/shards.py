@@ -69,6 +69,10 @@ from controllers.runtime.objects import Body
 
 log = structlog.get_logger(__name__)
 
+STALE_MEMBER = 600.0
+"""Seconds a membership Lease must have stood still (as seen here, and by its renew time) before
+a live replica deletes it: far past any Lease duration, so only a replica long gone's."""
+
 
 @dataclass(frozen=True)
 class ShardOptions:
@@ -459,8 +463,32 @@ class Coordinator:
             renewed_at = clocks.parse_rfc3339(renewed) if isinstance(renewed, str) else wall
             if holder and now < observed_at + duration and wall < renewed_at + duration:
                 live.append(holder)
+            elif now >= observed_at + STALE_MEMBER and wall >= renewed_at + STALE_MEMBER:
+                # a replica gone long ago (each start has an identity of its own): its Lease
+                # would be listed every round for ever; deleted only if unchanged since read
+                rv = str(objects.meta(lease).get("resourceVersion") or "")
+                if rv and self._delete_member(name, rv):
+                    seen.pop(name, None)
         self._members = seen
         return sorted(set(live))
+
+    def _delete_member(self, name: str, resource_version: str | None) -> bool:
+        """Deletes a membership Lease (this replica's at its stop, or one long dead); a failure
+        is only logged: a Lease left behind is harmless, as it is not live."""
+        try:
+            self._api.delete(
+                objects.LEASES,
+                name,
+                namespace=self._o.namespace,
+                resource_version=resource_version,
+            )
+        except errors.NotFound:
+            return True
+        except errors.ApiError as exc:
+            self._log.info("shards.member_lease_kept", lease=name, error=str(exc))
+            return False
+        self._log.info("shards.member_lease_deleted", lease=name)
+        return True
 
     # --- taking, giving back, losing ---------------------------------------------------------
 
@@ -651,6 +679,7 @@ class Coordinator:
             self._member_thread.join(self._o.renew_deadline)
         if self._member is not None:
             self._member.release()
+        self._delete_member(self._o.member_lease, None)
         drained = len(results) == len(held) and all(results.values()) and not self.held()
         self._log.info("shards.stopped", drained=drained)
         return drained and not self.fatal.is_set()

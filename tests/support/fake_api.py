@@ -149,7 +149,21 @@ class FakeTransport:
                 return _json(201, self._store(path, r.body))
             if r.method == "PUT":
                 return self._replace(r)
+            if r.method == "DELETE":
+                return self._delete(r)
         return _status(405, "MethodNotAllowed")
+
+    def _delete(self, r: Request) -> Reply:
+        """DELETE with the API server's preconditions (``uid``, ``resourceVersion``)."""
+        current = self.objects.get(r.path)
+        if current is None:
+            return _status(404, "NotFound")
+        wanted = (r.body or {}).get("preconditions") or {}
+        meta = current["metadata"]
+        if any(str(meta.get(k) or "") != str(v) for k, v in wanted.items()):
+            return _status(409, "Conflict")
+        del self.objects[r.path]
+        return _json(200, {"kind": "Status", "status": "Success"})
 
     def _replace(self, r: Request) -> Reply:
         current = self.objects.get(r.path)

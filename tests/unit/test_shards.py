@@ -226,3 +226,21 @@ def test_lease_names() -> None:
     assert OPTIONS.shard_lease(2) == "rot-shard-2-of-6"
     member = shards.ShardOptions(id="rot", namespace=NS, identity="Pod_1.x_ab12", shards=2)
     assert member.member_lease == "rot-member-pod-1-x-ab12"
+
+
+def test_a_graceful_stop_deletes_its_membership_lease_and_a_long_dead_ones_is_deleted() -> None:
+    """Each start has an identity of its own: without the deletions every restart would leave a
+    Lease that every replica lists every round, for ever."""
+    w = World()
+    w.lease(f"{ID}-member-ghost", "ghost")  # a replica killed long ago
+    w.coordinator.tick()
+    ghost = objects.LEASES.path(namespace=NS, name=f"{ID}-member-ghost")
+    assert ghost in w.transport.objects, "not while it may be live"
+    w.clock.advance(shards.STALE_MEMBER + 1)
+    w.coordinator.tick()
+    assert ghost not in w.transport.objects
+    w.coordinator.start()
+    mine = objects.LEASES.path(namespace=NS, name=OPTIONS.member_lease)
+    wait_for(lambda: mine in w.transport.objects, what="its membership Lease")
+    w.coordinator.shutdown()
+    assert mine not in w.transport.objects
