@@ -710,6 +710,12 @@ class ShardedManager:
             registry=mgr.metrics.registry,
         )
         held.set(0)
+        configured = Gauge(
+            f"{prefix}_shards",
+            "Shards the replicas share (--shards): the sum of rotator_shards_held once settled",
+            registry=mgr.metrics.registry,
+        )
+        configured.set(options.shards)
 
         def build(index: int) -> Shard:
             shard = Shard(

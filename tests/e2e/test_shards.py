@@ -32,6 +32,7 @@ from controllers.runtime import objects, restconfig, sharding
 from rotator_devkit.controlplane import assets
 from rotator_devkit.controlplane.cluster import LocalControlPlane
 from rotator_devkit.devenv import manifests
+from tests.support import monitoring
 from tests.support.chain import Chain
 from tests.support.controller import (
     ControllerProcess,
@@ -162,6 +163,10 @@ def test_three_replicas_share_six_shards_and_take_over_a_killed_ones(
         )
         ids = {identity(r): r for r in replicas}
         assert len(ids) == REPLICAS
+        # what RotatorShardUnheld compares, in a real sharded scrape (test_dashboard_metrics'
+        # single leader exports neither)
+        assert all(r.metric("rotator_shards") == SHARDS for r in replicas)
+        assert {"rotator_shards", "rotator_shards_held"} >= monitoring.SHARDED_ONLY
         logs = "\n".join(r.logs() for r in replicas)
         assert "client-side" in {
             e.get("mode") for _, e in entries(logs) if e.get("event") == "shards.filtering"

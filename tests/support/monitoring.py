@@ -129,6 +129,10 @@ def metric_names(expr: str) -> set[str]:
     }
 
 
+SHARDED_ONLY = frozenset({"rotator_shards", "rotator_shards_held"})
+"""Metrics the rules name that only a sharded replica (``--shards`` > 1) exports."""
+
+
 def named_metrics() -> set[str]:
     """Every metric the chart's rules and dashboard read, as the controller must expose it."""
     exprs = [r["expr"] for r in alerts(rendered_rules())]

@@ -203,7 +203,7 @@ def test_the_dashboard_has_the_panels_the_issue_asks_for() -> None:
         "Reconciles by controller and result",
         "Reconcile errors by controller",
         "Queue depth by controller",
-        "Leader",
+        "Leader and shards",
         "Provider call latency by provider, 50th and 99th percentile",
         "Route config writes by format",
         "Rollouts by kind and result",
