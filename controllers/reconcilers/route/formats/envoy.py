@@ -411,9 +411,9 @@ def _upstream(backend: ResolvedBackend) -> _Upstream | str:
     """How Envoy reaches ``backend``, or why it cannot."""
     schema = backend.spec["schema"]
     c = backend.credentials
-    root = _root(schema, c)
-    if root.startswith("!"):
-        return root[1:]
+    root, problem = _root(schema, c)
+    if problem is not None:
+        return problem
     filters: list[dict[str, Any]] = []
     files: dict[str, str] = {}
     if c is not None:
@@ -439,17 +439,22 @@ def _upstream(backend: ResolvedBackend) -> _Upstream | str:
     )
 
 
-def _root(schema: str, c: ResolvedCredentials | None) -> str:
-    """The API root ``/v1/`` becomes for a ``schema`` backend; ``!`` and why, when none."""
+def _root(schema: str, c: ResolvedCredentials | None) -> tuple[str, str | None]:
+    """The API root ``/v1/`` becomes for a ``schema`` backend, or why there is none."""
     if schema != VERTEX:
         root = API_ROOTS.get(schema)
-        return root or f"!schema {schema}: no OpenAI-compatible endpoint Envoy can route to"
+        if root is None:
+            return "", f"schema {schema}: no OpenAI-compatible endpoint Envoy can route to"
+        return root, None
     if c is None or c.gcp is None:
-        return "!no GCPCredentials policy: a Vertex AI request's project and region come from it"
-    return _vertex_root(c.gcp) or (
-        "!gcpCredentials.projectName or region cannot be put in a Vertex AI path (a project ID "
-        "or number, and a location of lowercase letters, digits and hyphens)"
-    )
+        return "", "no GCPCredentials policy: a Vertex AI request's project and region come from it"
+    vertex = _vertex_root(c.gcp)
+    if vertex is None:
+        return "", (
+            "gcpCredentials.projectName or region cannot be put in a Vertex AI path (a project "
+            "ID or number, and a location of lowercase letters, digits and hyphens)"
+        )
+    return vertex, None
 
 
 def _vertex_root(gcp: GCPLocation) -> str | None:
