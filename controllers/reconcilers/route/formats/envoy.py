@@ -179,7 +179,8 @@ LOOPBACK = "127.0.0.1"
 
 def listener(route: api.Route) -> Listener:
     """Where the listener binds; loopback when ``spec.output.envoy.address`` is not an IP address
-    (the CRD refuses one; a listener Envoy cannot bind would take every rule down)."""
+    (the CRD's pattern lets through ``1.2.3``: a listener Envoy cannot bind would take every
+    rule down)."""
     spec = (route["spec"].get("output") or {}).get("envoy") or {}
     address = str(spec.get("address") or DEFAULT_ADDRESS)
     if not _is_ip(address):
