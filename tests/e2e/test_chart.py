@@ -59,6 +59,7 @@ def every_knob(watched: list[str]) -> dict[str, Any]:
         },
         "replicas": 3,
         "leaderElection": {"enabled": True},
+        "sharding": {"shards": 6},  # its Role and RoleBinding, and --shards=6, admitted too
         "resources": {
             "requests": {"cpu": "50m", "memory": "96Mi"},
             "limits": {"cpu": "500m", "memory": "256Mi"},
