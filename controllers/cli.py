@@ -421,7 +421,25 @@ def _run(
             return _run_sharded(args, api_client, shard_options, identity, stop)
     metrics = metric_families.Metrics(prefix="rotator")
     client = clients.Client(api_client, metrics=metrics.for_requests(api_client.configuration.host))
-    options = manager.ManagerOptions(
+    options = _manager_options(args, identity, election)
+    clock = clocks.RealClock()  # the one time source of the manager and the reconcilers
+    mgr = manager.Manager(client, options, metrics=metrics, clock=clock)
+    setup.register(mgr, clock=clock, options=_chain_options(args))
+    if attach is not None:
+        attach(mgr)
+    stop = stop or _stop_on_signals()
+    log.info("rotator.starting", version=rotator.__version__, identity=identity, server=client.host)
+    return mgr.run(stop)
+
+
+def _manager_options(
+    args: argparse.Namespace,
+    identity: str,
+    election: leaderelection.LeaderElectionOptions | None,
+) -> manager.ManagerOptions:
+    """The manager's options from the flags: one place for the single leader's manager and a
+    sharded replica's shared one (which elects nothing itself)."""
+    return manager.ManagerOptions(
         namespaces=tuple(args.namespaces),
         metrics_bind_address=args.metrics_bind_address,
         metrics_secure=args.metrics_secure,
@@ -432,14 +450,6 @@ def _run(
         freeze_heap=True,
         informer=InformerOptions(resync_period=args.sync_period),
     )
-    clock = clocks.RealClock()  # the one time source of the manager and the reconcilers
-    mgr = manager.Manager(client, options, metrics=metrics, clock=clock)
-    setup.register(mgr, clock=clock, options=_chain_options(args))
-    if attach is not None:
-        attach(mgr)
-    stop = stop or _stop_on_signals()
-    log.info("rotator.starting", version=rotator.__version__, identity=identity, server=client.host)
-    return mgr.run(stop)
 
 
 def _chain_options(args: argparse.Namespace) -> setup.ChainOptions:
@@ -469,16 +479,7 @@ def _run_sharded(
     (controllers/runtime/shards.py)."""
     metrics = metric_families.Metrics(prefix="rotator")
     client = clients.Client(api_client, metrics=metrics.for_requests(api_client.configuration.host))
-    options = manager.ManagerOptions(
-        namespaces=tuple(args.namespaces),
-        metrics_bind_address=args.metrics_bind_address,
-        metrics_secure=args.metrics_secure,
-        metrics_cert_dir=args.metrics_cert_dir,
-        health_probe_bind_address=args.health_probe_bind_address,
-        identity=identity,
-        freeze_heap=True,
-        informer=InformerOptions(resync_period=args.sync_period),
-    )
+    options = _manager_options(args, identity, None)  # the shards' Leases are the coordinator's
     clock = clocks.RealClock()
     mgr = manager.Manager(client, options, metrics=metrics, clock=clock)
     build = setup.per_shard(mgr, options=_chain_options(args), clock=clock)
