@@ -51,7 +51,7 @@ log = structlog.get_logger("rotator")
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130  # rotator dev stopped before it was up (the shell's code for SIGINT)
-LEADER_ELECTION_ID = "rotator-leader-election"
+LEADER_ELECTION_ID = leaderelection.DEFAULT_ID
 
 
 def _add_run_flags(p: argparse.ArgumentParser, *, with_kubeconfig: bool = True) -> None:

@@ -11,7 +11,7 @@ from typing import TextIO
 
 from kubernetes.config.config_exception import ConfigException
 
-from controllers.commands import renew, status, target
+from controllers.commands import renew, servedby, status, target
 from controllers.commands.errors import EXIT_OK, CommandError, UsageError
 from controllers.runtime import clock as clocks
 from controllers.runtime import errors, restconfig
@@ -25,13 +25,28 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     """Registers ``status`` and ``renew`` on the CLI's subcommands."""
     st = sub.add_parser(
         "status",
-        help="show a policy: conditions, credential times, derived Secret, routes, events",
-        description="Shows a BackendSecurityPolicy as cmctl shows a Certificate: its "
+        help="show a policy: who serves it, conditions, credential times, derived Secret, "
+        "routes, events",
+        description="Shows a BackendSecurityPolicy as cmctl shows a Certificate: the replica "
+        "(and with --shards, the shard) that serves it, from the controller's Leases; its "
         "conditions, when the served credential was issued, expires and is renewed, the last "
         "failure, the derived Secret (name and keys, never data), the ServiceBackends it "
         f"targets, the Routes that embed it, and its last {status.MAX_EVENTS} Events.",
     )
     _add_common(st)
+    st.add_argument(
+        "--leader-election-namespace",
+        default=servedby.LeaseOptions.namespace,
+        help="the controller's namespace, where its Leases are (as rotator run's flag; "
+        f"default {servedby.LeaseOptions.namespace})",
+    )
+    st.add_argument(
+        "--leader-election-id",
+        default=servedby.LeaseOptions.id,
+        help="the controller's Lease name, and its shards' prefix (as rotator run's flag; "
+        f"default {servedby.LeaseOptions.id}, the Helm release rotator's; another "
+        "release's is its full name and -leader-election)",
+    )
     rn = sub.add_parser(
         "renew",
         help="ask for a new credential now (--wait: until it is served)",
@@ -87,7 +102,10 @@ def run(
         where = target.connect(args.object, kubeconfig=args.kubeconfig, namespace=args.namespace)
         if args.command == "status":
             try:
-                snapshot = status.read(where)
+                leases = servedby.LeaseOptions(
+                    args.leader_election_namespace, args.leader_election_id
+                )
+                snapshot = status.read(where, leases)
             except errors.NotFound:
                 raise CommandError(
                     f'backendsecuritypolicy "{where.name}" not found in namespace '

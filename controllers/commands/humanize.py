@@ -77,10 +77,16 @@ def seconds(value: float) -> str:
 
 
 def fields(rows: Sequence[tuple[str, str]], *, indent: int = 0) -> list[str]:
-    """``label:  value`` lines with the values aligned (``kubectl describe``'s layout)."""
+    """``label:  value`` lines with the values aligned (``kubectl describe``'s layout); a value
+    of several lines goes on under its first."""
     width = max((len(label) for label, _ in rows), default=0) + 3  # the colon, two spaces
     pad = " " * indent
-    return [f"{pad}{(label + ':').ljust(width)}{value}".rstrip() for label, value in rows]
+    lines = []
+    for label, value in rows:
+        first, *more = value.split("\n")
+        lines.append(f"{pad}{(label + ':').ljust(width)}{first}".rstrip())
+        lines += [f"{pad}{' ' * width}{line}".rstrip() for line in more]
+    return lines
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence[str]], *, indent: int = 2) -> list[str]:

@@ -1,7 +1,8 @@
 """``rotator status bsp/NAME``: one policy as a person debugging it wants to see it (cmctl's
-``status certificate``): its conditions, when the served credential was issued, expires and is
-renewed, the last failure, the derived Secret (name and keys, never data), the ServiceBackends
-it targets, the Routes that embed it, and its recent Events.
+``status certificate``): which replica serves it (and its shard, :mod:`.servedby`), its
+conditions, when the served credential was issued, expires and is renewed, the last failure, the
+derived Secret (name and keys, never data), the ServiceBackends it targets, the Routes that embed
+it, and its recent Events.
 
 :func:`read` makes the API calls; :func:`render` is a pure function of what was read and the
 time, so the text is unit-tested. A related object that cannot be read (RBAC, say) is noted in
@@ -14,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from controllers.commands import humanize, policyview
+from controllers.commands import humanize, policyview, servedby
 from controllers.commands.target import Target
 from controllers.reconcilers import api, conditions
 from controllers.reconcilers.cache import indexes
@@ -34,12 +35,14 @@ class Snapshot:
     """Each ServiceBackend named in ``targetRefs``, None when it does not exist."""
     routes: list[Body]
     events: list[Body]
+    leases: servedby.Leases
+    """The controller's Leases: who serves the policy."""
     unreadable: dict[str, str] = field(default_factory=dict)
 
 
-def read(target: Target) -> Snapshot:
+def read(target: Target, leases: servedby.LeaseOptions) -> Snapshot:
     """Reads the policy (raising :class:`~controllers.runtime.errors.NotFound` when it does not
-    exist) and what relates to it."""
+    exist), what relates to it, and the controller's Leases in ``leases``."""
     policy = target.client.get(api.POLICIES, target.name, namespace=target.namespace)
     reads = _Reads(target)
     secret = reads.one("derived Secret", objects.SECRETS, policyview.derived_secret_name(policy))
@@ -65,6 +68,7 @@ def read(target: Target) -> Snapshot:
         targets,
         sorted(routes, key=objects.name),
         sorted(events, key=_event_time)[-MAX_EVENTS:],
+        servedby.read(target.client, leases),
         reads.unreadable,
     )
 
@@ -131,6 +135,7 @@ def render(snapshot: Snapshot, now: float) -> str:
                 else []
             ),
             ("Targets", _targets(snapshot)),
+            *servedby.rows(snapshot.leases, str(md.get("namespace", "")), now),
         ]
     )
     lines += ["Conditions:", *_conditions(policy, now)]

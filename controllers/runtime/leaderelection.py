@@ -54,6 +54,11 @@ from controllers.runtime.objects import Body
 log = structlog.get_logger(__name__)
 
 
+DEFAULT_ID = "rotator-leader-election"
+"""``--leader-election-id``'s default: the single leader's Lease, and the prefix of the shards'
+(``rotator status`` looks for them under the same default)."""
+
+
 @dataclass(frozen=True)
 class LeaderElectionOptions:
     name: str

@@ -74,6 +74,22 @@ STALE_MEMBER = 600.0
 a live replica deletes it: far past any Lease duration, so only a replica long gone's."""
 
 
+def shard_lease_name(lease_id: str, index: int, shards: int) -> str:
+    """The Lease of shard ``index`` among ``shards``: ``<id>-shard-<i>-of-<N>``."""
+    return f"{lease_id}-shard-{index}-of-{shards}"
+
+
+def parse_shard_lease(lease_id: str, name: str) -> tuple[int, int] | None:
+    """``(index, shards)`` of a Lease named by :func:`shard_lease_name` with ``lease_id``; None
+    for any other name (the single leader's, a membership Lease, another id's). Read from
+    outside the replicas: ``rotator status`` learns N from the names of the Leases it lists."""
+    found = re.fullmatch(rf"{re.escape(lease_id)}-shard-(0|[1-9][0-9]*)-of-([1-9][0-9]*)", name)
+    if found is None:
+        return None
+    index, shards = int(found[1]), int(found[2])
+    return (index, shards) if index < shards <= sharding.MAX_SHARDS else None
+
+
 @dataclass(frozen=True)
 class ShardOptions:
     id: str
@@ -97,7 +113,7 @@ class ShardOptions:
         self.election("check")  # the timing contract holds
 
     def shard_lease(self, index: int) -> str:
-        return f"{self.id}-shard-{index}-of-{self.shards}"
+        return shard_lease_name(self.id, index, self.shards)
 
     @property
     def member_prefix(self) -> str:

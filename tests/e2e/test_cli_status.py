@@ -5,6 +5,7 @@ controller, run as a user runs them: a process of their own, its output and exit
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
 import re
 import shutil
@@ -16,12 +17,18 @@ from pathlib import Path
 import yaml
 
 from controllers.reconcilers import api as rapi
+from controllers.runtime import client as clients
+from controllers.runtime import clock as clocks
+from controllers.runtime import errors, leaderelection, objects, sharding, shards
 from rotator_devkit.controlplane.cluster import LocalControlPlane
+from rotator_devkit.devenv import manifests
 from rotator_devkit.devenv.standins.oidc import OIDCIssuer
 from tests.e2e.test_aws import CLIENT_SECRET, oidc_source, sa_source
-from tests.support import leaks, required
+from tests.support import kube, leaks, required
 from tests.support.chain import AWSChain
+from tests.support.controller import ControllerProcess
 from tests.support.polling import wait_for
+from tests.support.reconcilelog import entries
 
 CLI_TIMEOUT = 180.0
 """Seconds a command may take as a whole on a loaded machine (a safety net, never asserted)."""
@@ -29,16 +36,35 @@ ROW = r"\s+"
 
 
 def rotator(
-    cp: LocalControlPlane, namespace: str, *args: str, env: dict[str, str] | None = None
+    cp: LocalControlPlane,
+    namespace: str,
+    *args: str,
+    env: dict[str, str] | None = None,
+    kubeconfig: Path | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """``rotator ARGS -n NAMESPACE`` as a user runs it, with the admin kubeconfig."""
+    """``rotator ARGS -n NAMESPACE`` as a user runs it, with the admin kubeconfig unless
+    another is given."""
     command = [sys.executable, "-m", "controllers.cli", *args, "-n", namespace]
-    command += ["--kubeconfig", str(cp.kubeconfig)]
+    command += ["--kubeconfig", str(kubeconfig or cp.kubeconfig)]
     done = subprocess.run(
         command, capture_output=True, text=True, timeout=CLI_TIMEOUT, env=env, check=False
     )
     print(f"\n$ rotator {' '.join(args)}\n{done.stdout}{done.stderr}(exit {done.returncode})")
     return done
+
+
+def field(out: str, label: str) -> str:
+    """The value of ``label:`` in ``rotator status``'s output; "" when there is none."""
+    found = re.search(rf"^{label}:{ROW}(.*)$", out, re.M)
+    return found[1] if found else ""
+
+
+def served_by(cp: LocalControlPlane, namespace: str, *flags: str) -> tuple[str, str]:
+    """``rotator status bsp/openai FLAGS``, which must succeed: its ``Served by`` and all it
+    printed."""
+    done = rotator(cp, namespace, "status", "bsp/openai", *flags)
+    assert done.returncode == 0, done.stderr
+    return field(done.stdout, "Served by"), done.stdout
 
 
 def no_secret_in(chain: AWSChain, text: str, *derived: str) -> list[str]:
@@ -258,3 +284,113 @@ def test_status_of_a_missing_policy_exits_1(
         == f'rotator: backendsecuritypolicy "nope" not found in namespace "{namespace}"\n'
     )
     assert done.stdout == ""
+
+
+# --- who serves it: the Leases ------------------------------------------------------------------
+
+
+def test_status_names_the_leader_and_with_shards_the_shard_and_its_holder(
+    chain: AWSChain,
+    control_plane: LocalControlPlane,
+    api: clients.Client,
+    controller: ControllerProcess,
+) -> None:
+    """Unsharded: the session's controller holds ``rotator-leader-election`` in rotator-system
+    (a real holder, found without flags). Sharded: three Leases of another id, taken by the
+    shard elector's own code (``ShardOptions.election``), as three replicas of ``--shards 3``
+    would (tests/e2e/test_shards.py runs real ones); then the policy's one expires."""
+    chain.secret("openai-key", apiKey="sk-cli-status-served-by-5678")
+    chain.api_key_policy("openai", secret="openai-key", targets=["openai"])
+    chain.wait_condition("policy", "openai", "Ready", "True", "CredentialsReady")
+    leader = api.get(objects.LEASES, leaderelection.DEFAULT_ID, namespace=manifests.NAMESPACE)
+    started = {
+        e.get("identity")
+        for _, e in entries(controller.logs())
+        if e.get("event") == "rotator.starting"
+    }
+    assert leader["spec"]["holderIdentity"] in started, "the session's controller holds it"
+    served, out = served_by(control_plane, chain.ns)
+    assert re.fullmatch(
+        rf"leader {re.escape(leader['spec']['holderIdentity'])} "
+        rf"\(Lease {leaderelection.DEFAULT_ID}\), renewed (\d+s ago|now)",
+        served,
+    ), out
+    assert "Shard:" not in out
+
+    lease_id = f"{chain.ns}-status"
+    options = [
+        shards.ShardOptions(
+            id=lease_id,
+            namespace=manifests.NAMESPACE,
+            identity=f"replica-{i}_0000000{i}",
+            shards=3,
+            lease_duration=60.0,  # live for the whole test, however slow the machine
+        )
+        for i in range(3)
+    ]
+    try:
+        for i, o in enumerate(options):
+            elector = leaderelection.LeaderElector(
+                api,
+                o.election(o.shard_lease(i)),
+                on_started=lambda: None,
+                on_lost=lambda: None,
+            )
+            assert elector.try_acquire()
+        mine = sharding.shard_of(chain.ns, 3)
+        name = shards.shard_lease_name(lease_id, mine, 3)
+        served, out = served_by(control_plane, chain.ns, "--leader-election-id", lease_id)
+        assert re.fullmatch(
+            rf"shard {mine} of 3 \(Lease {name}\), held by replica-{mine}_0000000{mine}, "
+            r"renewed (\d+s ago|now)",
+            served,
+        ), out
+        shard = sharding.ranges(3)[mine]
+        assert field(out, "Shard") == (
+            f"{mine} of 3: hashes [{sharding.hex64(shard.start)}, {sharding.hex64(shard.end)}); "
+            f"FNV-1a of {chain.ns} is {sharding.hex64(sharding.fnv1a64(chain.ns))}"
+        )
+
+        long_ago = clocks.rfc3339(time.time() - 600)
+        api.patch(
+            objects.LEASES,
+            name,
+            {"spec": {"renewTime": long_ago.replace("Z", ".000000Z")}},
+            namespace=manifests.NAMESPACE,
+        )
+        served, out = served_by(control_plane, chain.ns, "--leader-election-id", lease_id)
+        assert re.fullmatch(
+            rf"no one: shard {mine} of 3 \(Lease {name}\), held by replica-{mine}_0000000{mine}, "
+            r"expired \d+m(\d+s)? ago \(renewed \d+m(\d+s)? ago, for 60s\)",
+            served,
+        ), out
+    finally:
+        for i in range(3):
+            with contextlib.suppress(errors.NotFound):
+                api.delete(
+                    objects.LEASES,
+                    shards.shard_lease_name(lease_id, i, 3),
+                    namespace=manifests.NAMESPACE,
+                )
+
+
+def test_a_tenant_who_cannot_read_the_leases_is_told_so(
+    chain: AWSChain, control_plane: LocalControlPlane, api: clients.Client, tmp_path: Path
+) -> None:
+    """A user who may read their policy and nothing else (no Leases in rotator-system): the
+    status still prints, ``Served by`` says why it does not know, and the exit code is 0."""
+    chain.secret("openai-key", apiKey="sk-cli-status-tenant-9012")
+    chain.api_key_policy("openai", secret="openai-key", targets=["openai"])
+    kubeconfig = tmp_path / "reader.kubeconfig"
+    rules = [
+        {"apiGroups": [rapi.GROUP], "resources": ["backendsecuritypolicies"], "verbs": ["get"]}
+    ]
+    token = kube.namespaced_user(control_plane, api, chain.ns, "reader", rules, kubeconfig)
+    done = rotator(control_plane, chain.ns, "status", "bsp/openai", kubeconfig=kubeconfig)
+    assert done.returncode == 0, done.stderr
+    assert re.search(rf"^Name:{ROW}openai$", done.stdout, re.M), done.stdout
+    assert field(done.stdout, "Served by") == (
+        f"unknown (cannot list Leases in {manifests.NAMESPACE}: forbidden)"
+    ), done.stdout
+    assert "<cannot read events: " in done.stdout, "the reader is as minimal as it says"
+    assert token not in done.stdout + done.stderr

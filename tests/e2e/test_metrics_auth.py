@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 
 from controllers.runtime import client as clients
-from controllers.runtime import errors, metricsauth, objects
+from controllers.runtime import errors, metricsauth
 from rotator_devkit.controlplane.cluster import LocalControlPlane
 from rotator_devkit.devenv import manifests
+from tests.support import kube
 from tests.support.controller import ControllerProcess, service_account_kubeconfig
 from tests.support.polling import wait_for
 
@@ -25,15 +26,7 @@ BINDINGS = manifests.KINDS["ClusterRoleBinding"]
 
 
 def token_of(api: clients.Client, namespace: str, account: str) -> str:
-    api.create(objects.SERVICEACCOUNTS, {"metadata": {"name": account}}, namespace=namespace)
-    token: str = api.create(
-        objects.SERVICEACCOUNTS,
-        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
-        namespace=namespace,
-        name=account,
-        subresource="token",
-    )["status"]["token"]
-    return token
+    return kube.service_account_token(api, namespace, account)
 
 
 def may_read_metrics(api: clients.Client, user: str) -> bool:

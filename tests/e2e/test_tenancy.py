@@ -23,16 +23,14 @@ import pytest
 from controllers.reconcilers import api as rapi
 from controllers.runtime import client as clients
 from controllers.runtime import errors, objects, restconfig
-from rotator_devkit.controlplane.cluster import LocalControlPlane, write_kubeconfig
+from rotator_devkit.controlplane.cluster import LocalControlPlane
 from tests.e2e.conftest import ROLE_ARN
-from tests.support import audit
+from tests.support import audit, kube
 from tests.support.chain import KINDS, Chain
 from tests.support.controller import ControllerProcess
 from tests.support.polling import wait_for
 
 CRDS = objects.Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CRD", False)
-ROLES = objects.Resource("rbac.authorization.k8s.io", "v1", "roles", "Role")
-ROLE_BINDINGS = objects.Resource("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding")
 DOT_SEGMENTS = "../../{victim}/serviceaccounts/admin"
 
 
@@ -69,50 +67,17 @@ def tenant(
         },
         namespace=victim,
     )
-    api.create(objects.SERVICEACCOUNTS, {"metadata": {"name": "author"}}, namespace=namespace)
-    api.create(
-        ROLES,
-        {
-            "metadata": {"name": "author"},
-            "rules": [
-                {
-                    "apiGroups": [rapi.GROUP],
-                    "resources": ["backendsecuritypolicies", "servicebackends", "routes"],
-                    "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
-                },
-                {
-                    "apiGroups": [""],
-                    "resources": ["secrets"],
-                    "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
-                },
-            ],
-        },
-        namespace=namespace,
-    )
-    api.create(
-        ROLE_BINDINGS,
-        {
-            "metadata": {"name": "author"},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "author"},
-            "subjects": [{"kind": "ServiceAccount", "name": "author", "namespace": namespace}],
-        },
-        namespace=namespace,
-    )
-    token = api.create(
-        objects.SERVICEACCOUNTS,
-        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
-        namespace=namespace,
-        name="author",
-        subresource="token",
-    )["status"]["token"]
     kubeconfig = tmp_path / "tenant.kubeconfig"
-    write_kubeconfig(
-        kubeconfig,
-        server=control_plane.server,
-        ca_file=control_plane.ca_file,
-        user="author",
-        credentials={"token": token},
-    )
+    rights = ["get", "list", "watch", "create", "update", "patch", "delete"]
+    rules = [
+        {
+            "apiGroups": [rapi.GROUP],
+            "resources": ["backendsecuritypolicies", "servicebackends", "routes"],
+            "verbs": rights,
+        },
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": rights},
+    ]
+    kube.namespaced_user(control_plane, api, namespace, "author", rules, kubeconfig)
     tenant_api = clients.Client(restconfig.load(str(kubeconfig)))
     built = Tenant(
         namespace, victim, tenant_api, Chain(tenant_api, namespace), Chain(api, namespace)

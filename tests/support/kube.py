@@ -1,11 +1,20 @@
-"""Clients for tests: as the admin, or as whoever a bearer token says."""
+"""Clients for tests: as the admin, or as whoever a bearer token says; and users with the
+rights a test gives them and no more."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 from kubernetes import client as k8s_client
 
 from controllers.runtime import client as clients
-from rotator_devkit.controlplane.cluster import LocalControlPlane
+from controllers.runtime import objects
+from rotator_devkit.controlplane.cluster import LocalControlPlane, write_kubeconfig
+
+ROLES = objects.Resource("rbac.authorization.k8s.io", "v1", "roles", "Role")
+ROLE_BINDINGS = objects.Resource("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding")
 
 
 def token_client(control_plane: LocalControlPlane, token: str) -> clients.Client:
@@ -15,3 +24,48 @@ def token_client(control_plane: LocalControlPlane, token: str) -> clients.Client
     configuration.ssl_ca_cert = str(control_plane.ca_file)
     configuration.api_key = {"authorization": f"Bearer {token}"}
     return clients.Client(k8s_client.ApiClient(configuration))
+
+
+def service_account_token(api: clients.Client, namespace: str, name: str) -> str:
+    """A new ServiceAccount ``name`` in ``namespace`` (no rights of its own), and a token of it."""
+    api.create(objects.SERVICEACCOUNTS, {"metadata": {"name": name}}, namespace=namespace)
+    token: str = api.create(
+        objects.SERVICEACCOUNTS,
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
+        namespace=namespace,
+        name=name,
+        subresource="token",
+    )["status"]["token"]
+    return token
+
+
+def namespaced_user(
+    control_plane: LocalControlPlane,
+    api: clients.Client,
+    namespace: str,
+    name: str,
+    rules: Sequence[dict[str, Any]],
+    kubeconfig: Path,
+) -> str:
+    """A ServiceAccount ``name`` in ``namespace``, bound by a Role of its own to ``rules`` in
+    that namespace and nothing else, and a kubeconfig at ``kubeconfig`` that authenticates as it
+    (a bearer token); returns the token."""
+    token = service_account_token(api, namespace, name)
+    api.create(ROLES, {"metadata": {"name": name}, "rules": list(rules)}, namespace=namespace)
+    api.create(
+        ROLE_BINDINGS,
+        {
+            "metadata": {"name": name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
+        },
+        namespace=namespace,
+    )
+    write_kubeconfig(
+        kubeconfig,
+        server=control_plane.server,
+        ca_file=control_plane.ca_file,
+        user=name,
+        credentials={"token": token},
+    )
+    return token

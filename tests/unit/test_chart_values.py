@@ -677,7 +677,9 @@ def test_the_sharding_role_is_config_sharding(renders: dict[str, Render]) -> Non
     assert not SHARDING_RBAC & renders["defaults"].by_identity().keys()
 
 
-def _notes(tmp_path: Path, values: dict[str, Any]) -> str:
+def _notes(
+    tmp_path: Path, values: dict[str, Any], *, release: str = helm.RELEASE, namespace: str = NS
+) -> str:
     """NOTES.txt as `helm install` prints it: ``helm template`` does not render it, so a copy of
     the chart renders it through ``tpl`` in a template of its own."""
     chart = tmp_path / "chart"
@@ -688,7 +690,7 @@ def _notes(tmp_path: Path, values: dict[str, Any]) -> str:
     )
     values_file = tmp_path / "values.json"
     values_file.write_text(json.dumps(values))
-    argv = [str(helm.binary()), "template", helm.RELEASE, str(chart), "-n", NS, "-f"]
+    argv = [str(helm.binary()), "template", release, str(chart), "-n", namespace, "-f"]
     argv += [str(values_file), "--show-only", "templates/zz-notes.yaml"]
     out = subprocess.run(argv, capture_output=True, text=True, check=False, env=helm.environment())
     assert out.returncode == 0, out.stderr
@@ -705,3 +707,15 @@ def test_the_notes_name_the_shards_only_when_there_are_some(tmp_path: Path) -> N
     assert "scale to 0 first" in notes
     one = _notes(tmp_path / "one", {"sharding": {"shards": 6}, "replicas": 1})
     assert "shared among the 1 replica (it holds all 6)" in one
+
+
+def test_the_notes_give_rotator_status_the_leases_of_a_release_not_at_the_defaults(
+    tmp_path: Path,
+) -> None:
+    """``rotator status`` looks for rotator-leader-election in rotator-system unless told."""
+    flags = "--leader-election-namespace ops --leader-election-id ops-rotator-leader-election"
+    assert flags in _notes(tmp_path / "ops", {}, release="ops", namespace="ops")
+    assert "--leader-election" not in _notes(tmp_path / "defaults", {})
+    assert "--leader-election" not in _notes(
+        tmp_path / "no-lease", {"leaderElection": {"enabled": False}, "replicas": 1}, release="ops"
+    )

@@ -13,11 +13,11 @@ import pytest
 import yaml
 
 from controllers import cli
-from controllers.commands import entry, humanize, policyview, renew, status, target
+from controllers.commands import entry, humanize, policyview, renew, servedby, status, target
 from controllers.commands.errors import CommandError, UsageError
 from controllers.reconcilers import api
 from controllers.runtime import clock as clocks
-from controllers.runtime import objects
+from controllers.runtime import errors, objects, sharding
 from tests.support import memapi
 
 NOW = clocks.parse_rfc3339("2026-11-29T12:00:00Z")
@@ -314,6 +314,10 @@ def snapshot() -> status.Snapshot:
                 "count": 4,
             }
         ],
+        servedby.Leases(
+            servedby.LeaseOptions(),
+            (lease("rotator-leader-election", "rotator-7d9c-abcde_1a2b3c4d", renewed=-2),),
+        ),
     )
 
 
@@ -326,6 +330,7 @@ def test_status_shows_every_section_with_times_relative_to_now() -> None:
             "Type:       AWSCredentials (serviceAccountToken, minted)",
             f"Created:    {at(-3600)} (60m ago)",
             "Targets:    ServiceBackend bedrock (ResolvedRefs=True), ServiceBackend gone (not found)",
+            "Served by:  leader rotator-7d9c-abcde_1a2b3c4d (Lease rotator-leader-election), renewed 2s ago",
             "Conditions:",
             "  TYPE      STATUS  REASON            SINCE                           MESSAGE",
             f"  Accepted  True    Accepted          {at(-3600)} (60m ago)  the spec is valid",
@@ -363,7 +368,15 @@ def test_status_of_a_new_copied_policy_says_what_is_missing() -> None:
     fresh["spec"] = {"type": "APIKey", "apiKey": {"secretRef": {"name": "k"}}}
     del fresh["metadata"]["annotations"]
     text = status.render(
-        status.Snapshot(fresh, None, [], [], [], {"events": "GET /api/v1/...: forbidden (403)"}),
+        status.Snapshot(
+            fresh,
+            None,
+            [],
+            [],
+            [],
+            servedby.Leases(servedby.LeaseOptions(), error="forbidden"),
+            {"events": "GET /api/v1/...: forbidden (403)"},
+        ),
         NOW,
     )
     assert "Type:       APIKey (copied)" in text
@@ -374,6 +387,165 @@ def test_status_of_a_new_copied_policy_says_what_is_missing() -> None:
     assert "  Rotation request:  -" in text
     assert "Routes:\n  <none>" in text
     assert "Events:\n  <cannot read events: GET /api/v1/...: forbidden (403)>" in text
+    assert "Served by:  unknown (cannot list Leases in rotator-system: forbidden)\n" in text
+
+
+# --- who serves it: the Leases ---------------------------------------------------------------
+
+LEASE_NS, LEASE_ID = "rotator-system", "rotator-leader-election"
+
+
+def lease(name: str, holder: str, *, renewed: float = -2, duration: int = 15) -> dict[str, Any]:
+    """A Lease as leaderelection.py writes it, renewed ``renewed`` seconds from :data:`NOW`."""
+    return {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": name, "namespace": LEASE_NS},
+        "spec": {
+            "holderIdentity": holder,
+            "leaseDurationSeconds": duration,
+            "acquireTime": clocks.rfc3339(NOW - 3600),
+            "renewTime": clocks.rfc3339(NOW + renewed).replace("Z", ".000000Z"),  # a MicroTime
+            "leaseTransitions": 0,
+        },
+    }
+
+
+def shard_leases(n: int, holder: str = "r_1", **kw: Any) -> list[dict[str, Any]]:
+    return [lease(f"{LEASE_ID}-shard-{i}-of-{n}", holder, **kw) for i in range(n)]
+
+
+def served(*items: dict[str, Any], namespace: str = "team-a", now: float = NOW) -> list[str]:
+    leases = servedby.Leases(servedby.LeaseOptions(), tuple(items))
+    return humanize.fields(servedby.rows(leases, namespace, now))
+
+
+SHARD = sharding.shard_of("team-a", 6)
+SHARD_LEASE = f"{LEASE_ID}-shard-{SHARD}-of-6"
+SHARD_ROW = (
+    f"Shard:      {SHARD} of 6: hashes [0x{SHARD * 2**64 // 6:016x}, "
+    f"0x{(SHARD + 1) * 2**64 // 6:016x}); FNV-1a of team-a is "
+    f"0x{sharding.fnv1a64('team-a'):016x}"
+)
+
+
+def test_the_single_leader_serves_every_policy() -> None:
+    assert served(lease(LEASE_ID, "rotator-xyz_ab12cd34", renewed=-1)) == [
+        f"Served by:  leader rotator-xyz_ab12cd34 (Lease {LEASE_ID}), renewed 1s ago"
+    ]
+
+
+def test_with_shards_the_namespaces_shard_and_its_holder_serve_it() -> None:
+    """N is read from the Lease names; leftovers are not live and are left out: the released
+    single-leader Lease after the upgrade, an earlier N's released Leases, the members'."""
+    holders = [lease(f"{LEASE_ID}-shard-{i}-of-6", f"rotator-{i}_ff", renewed=-i) for i in range(6)]
+    leftovers = [
+        lease(LEASE_ID, ""),
+        *shard_leases(4, ""),
+        lease(f"{LEASE_ID}-member-rotator-0-ff", "rotator-0_ff"),
+    ]
+    assert served(*holders, *leftovers) == [
+        f"Served by:  shard {SHARD} of 6 (Lease {SHARD_LEASE}), held by rotator-{SHARD}_ff, "
+        f"renewed {f'{SHARD}s ago' if SHARD else 'now'}",
+        SHARD_ROW,
+    ]
+    other = next(ns for ns in (f"ns-{k}" for k in range(100)) if sharding.shard_of(ns, 6) != SHARD)
+    assert (
+        f"held by rotator-{sharding.shard_of(other, 6)}_ff" in served(*holders, namespace=other)[0]
+    )
+
+
+def test_a_lease_is_live_until_its_renew_time_plus_its_duration() -> None:
+    clock = clocks.FakeClock(start=NOW)
+    held = lease(SHARD_LEASE, "gone_1", renewed=0, duration=15)
+    clock.advance(14.9)
+    assert served(held, now=clock.now())[0].startswith(f"Served by:  shard {SHARD} of 6 (")
+    clock.advance(0.1)
+    assert served(held, now=clock.now()) == [
+        f"Served by:  no one: shard {SHARD} of 6 (Lease {SHARD_LEASE}), held by gone_1, "
+        "expired now (renewed 15s ago, for 15s)",
+        SHARD_ROW,
+    ]
+    clock.advance(40)
+    assert "expired 40s ago (renewed 55s ago, for 15s)" in served(held, now=clock.now())[0]
+
+
+def test_a_shard_without_a_live_holder_is_served_by_no_one() -> None:
+    others = [x for x in shard_leases(6) if x["metadata"]["name"] != SHARD_LEASE]
+    assert served(*others)[0] == (
+        f"Served by:  no one: shard {SHARD} of 6 (Lease {SHARD_LEASE}): no such Lease (no "
+        "replica has taken it)"
+    )
+    assert served(*others, lease(SHARD_LEASE, ""))[0] == (
+        f"Served by:  no one: shard {SHARD} of 6 (Lease {SHARD_LEASE}): no holder (released)"
+    )
+
+
+def test_with_nothing_live_every_candidate_says_why() -> None:
+    assert served(lease(LEASE_ID, ""), lease(SHARD_LEASE, "gone_1", renewed=-60)) == [
+        "Served by:  no one, no Lease is live:",
+        f"            leader (Lease {LEASE_ID}): no holder (released)",
+        f"            shard {SHARD} of 6 (Lease {SHARD_LEASE}), held by gone_1, expired 45s ago "
+        "(renewed 60s ago, for 15s)",
+        SHARD_ROW,
+    ]
+
+
+def test_several_live_leases_are_all_shown() -> None:
+    """Between one leader and shards, or from N to M shards: each live holder is named."""
+    four = sharding.shard_of("team-a", 4)
+    lines = served(lease(LEASE_ID, "old_1"), lease(SHARD_LEASE, "new_1"), *shard_leases(4, "new_2"))
+    assert lines[:4] == [
+        "Served by:  3 live Leases at once (a change between one leader and shards, or of their "
+        "number, is under way):",
+        f"            leader old_1 (Lease {LEASE_ID}), renewed 2s ago",
+        f"            shard {four} of 4 (Lease {LEASE_ID}-shard-{four}-of-4), held by new_2, "
+        "renewed 2s ago",
+        f"            shard {SHARD} of 6 (Lease {SHARD_LEASE}), held by new_1, renewed 2s ago",
+    ]
+    assert lines[4].startswith(f"Shard:      {four} of 4: hashes [")
+    assert lines[5] == " " * 12 + SHARD_ROW.removeprefix("Shard:      ")
+
+
+def test_without_leases_or_the_right_to_list_them_it_is_unknown() -> None:
+    assert served(lease("someone-else", "x_1")) == [
+        f"Served by:  unknown (no Lease {LEASE_ID} or {LEASE_ID}-shard-<i>-of-<N> in "
+        f"{LEASE_NS}: rotator runs without leader election, elsewhere, or with another "
+        "--leader-election-id)"
+    ]
+    denied = servedby.Leases(servedby.LeaseOptions(), error="forbidden")
+    assert servedby.rows(denied, "team-a", NOW) == [
+        ("Served by", f"unknown (cannot list Leases in {LEASE_NS}: forbidden)")
+    ]
+
+
+def test_the_leases_are_listed_once_where_the_flags_say() -> None:
+    fake = memapi.MemAPI()
+    fake.put(objects.LEASES, lease("ops-rotator-leader-election", "a_1"))
+    here = lease("ops-rotator-leader-election", "b_1")
+    here["metadata"]["namespace"] = "ops"
+    fake.put(objects.LEASES, here)
+    where = servedby.LeaseOptions(namespace="ops", id="ops-rotator-leader-election")
+    read = servedby.read(fake, where)
+    assert [x["spec"]["holderIdentity"] for x in read.items] == ["b_1"]
+    assert read.where == where
+    assert [c.verb for c in fake.calls] == [memapi.Verb.LIST]
+    fake.fail(errors.Forbidden("leases is forbidden", status=403, reason="Forbidden"))
+    assert servedby.read(fake, where).error == "forbidden"
+    fake.fail(errors.ServerError("etcd is down", status=503, reason="ServiceUnavailable"))
+    assert servedby.read(fake, where).error == "etcd is down (503 ServiceUnavailable)"
+
+
+def test_status_looks_for_the_leases_where_rotator_run_puts_them_by_default() -> None:
+    args = cli.build_parser().parse_args(["status", "bsp/x"])
+    assert (args.leader_election_namespace, args.leader_election_id) == (
+        "rotator-system",
+        cli.build_parser().parse_args(["run"]).leader_election_id,
+    )
+    flagged = cli.build_parser().parse_args(
+        ["status", "bsp/x", "--leader-election-namespace", "ops", "--leader-election-id", "o"]
+    )
+    assert (flagged.leader_election_namespace, flagged.leader_election_id) == ("ops", "o")
 
 
 # --- renew --wait, on a fake clock -----------------------------------------------------------

@@ -228,6 +228,28 @@ def test_lease_names() -> None:
     assert member.member_lease == "rot-member-pod-1-x-ab12"
 
 
+@pytest.mark.parametrize(
+    ("name", "parsed"),
+    [
+        ("rot-shard-2-of-6", (2, 6)),
+        ("rot-shard-0-of-1024", (0, 1024)),
+        ("rot", None),  # the single leader's
+        ("rot-member-pod-1", None),
+        ("rot-shard-6-of-6", None),  # no such shard
+        ("rot-shard-0-of-1025", None),  # more than any replica accepts
+        ("rot-shard-02-of-6", None),  # not a name a replica writes
+        ("rot-shard-1-of-6-x", None),
+        ("rotx-shard-1-of-6", None),  # another id
+        ("other-rot-shard-1-of-6", None),
+    ],
+)
+def test_shard_lease_names_are_read_back(name: str, parsed: tuple[int, int] | None) -> None:
+    assert shards.parse_shard_lease(ID, name) == parsed
+    if parsed is not None:
+        assert shards.shard_lease_name(ID, *parsed) == name
+    assert shards.parse_shard_lease("r.t", "rxt-shard-1-of-6") is None, "the id is literal"
+
+
 def test_a_graceful_stop_deletes_its_membership_lease_and_a_long_dead_ones_is_deleted() -> None:
     """Each start has an identity of its own: without the deletions every restart would leave a
     Lease that every replica lists every round, for ever."""
