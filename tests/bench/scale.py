@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import os
-import platform
 import tempfile
 import time
 from collections import Counter
@@ -37,25 +35,10 @@ from controllers.runtime import client as clients
 from controllers.runtime import restconfig
 from rotator_devkit.controlplane import assets
 from rotator_devkit.controlplane.cluster import ControlPlaneOptions, LocalControlPlane
+from tests.bench.figures import MIB, machine, row
 from tests.support import audit, profiling, scale
 from tests.support.polling import wait_for
 from tests.support.recording import percentile
-
-MIB = 2**20
-
-
-def machine() -> str:
-    """CPU model, cores, memory and kernel: what the README's figures need beside them."""
-    cpuinfo = Path("/proc/cpuinfo").read_text()
-    model = next(
-        (line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if "model name" in line),
-        platform.machine(),
-    )
-    meminfo = Path("/proc/meminfo").read_text().split("MemTotal:")[1].split()[0]
-    return (
-        f"{model}, {os.cpu_count()} cores, {int(meminfo) / 2**20:.1f} GiB, "
-        f"Linux {platform.release()}, Python {platform.python_version()}"
-    )
 
 
 def kind_of(request: audit.Request) -> str:
@@ -85,10 +68,6 @@ def secret_gets(requests: Sequence[audit.Request]) -> int:
         for r in requests
         if r.verb == "get" and r.resource == "secrets" and r.stage == "ResponseComplete"
     )
-
-
-def row(label: str, value: str) -> None:
-    print(f"  {label:<58} {value}")
 
 
 def per(count: float, chains: int) -> str:

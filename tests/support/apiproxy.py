@@ -16,6 +16,11 @@ Faults, applied to requests that ``matches`` (by default: PUTs to one Lease, i.e
 
 The request reaches the API server either way, so a renewal still lands there: only the client
 does not learn it did.
+
+It also counts the response bytes it forwards (status line, headers and body as HTTP/1.1 carries
+them, after TLS, uncompressed: the client asks for no gzip), by what the request was
+(:func:`request_kind`: ``list``, ``watch``, ``leases`` or ``other``): what one client receives from the API
+server, for the shards benchmark (tests/bench/shards.py).
 """
 
 from __future__ import annotations
@@ -27,11 +32,35 @@ import threading
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 from rotator_devkit.controlplane import pki
 
 Matcher = Callable[[str, str], bool]
+
+
+def never(method: str, target: str) -> bool:
+    """Matches nothing: a proxy that only forwards (and counts)."""
+    return False
+
+
+def request_kind(method: str, target: str) -> str:
+    """``leases`` (any request on Leases: renewals, and a sharded replica's list of them every
+    retry period), ``watch`` (a GET with ``watch=true``), ``list`` (a GET of a collection:
+    ``/api/v1/secrets``, ``/apis/G/V/namespaces/NS/R``) or ``other`` (a GET of one object, a
+    write), from the request line alone."""
+    url = urlsplit(target)
+    if url.path.startswith("/apis/coordination.k8s.io/"):
+        return "leases"
+    if method != "GET":
+        return "other"
+    if parse_qs(url.query).get("watch", [""])[0] in ("true", "1"):
+        return "watch"
+    parts = url.path.strip("/").split("/")
+    rest = parts[2:] if parts[:1] == ["api"] else parts[3:] if parts[:1] == ["apis"] else []
+    if rest[:1] == ["namespaces"] and len(rest) >= 3:
+        rest = rest[2:]  # a namespaced resource: what follows namespaces/NS
+    return "list" if len(rest) == 1 else "other"
 
 
 def lease_renewals(namespace: str, name: str) -> Matcher:
@@ -43,16 +72,20 @@ def lease_renewals(namespace: str, name: str) -> Matcher:
 class _Connection:
     def __init__(self) -> None:
         self.fault = "none"  # the fault for the response to the latest request
+        self.kind = "other"  # request_kind of the latest request: its response bytes count there
 
 
 class APIProxy:
-    def __init__(self, upstream: str, upstream_ca: Path, workdir: Path, matches: Matcher) -> None:
+    def __init__(
+        self, upstream: str, upstream_ca: Path, workdir: Path, matches: Matcher = never
+    ) -> None:
         url = urlsplit(upstream)
         self._host, self._port = url.hostname or "127.0.0.1", url.port or 443
         self.matches = matches
         self.fault = "none"
         """``none``, ``cut`` or ``stall``; read as each request arrives."""
         self.counts: Counter[str] = Counter()
+        self._received: Counter[str] = Counter()
         self._lock = threading.Lock()
         ca = pki.CertificateAuthority("rotator-test-proxy-ca")
         serving = ca.issue("127.0.0.1", ip_addresses=["127.0.0.1"], server=True)
@@ -76,6 +109,11 @@ class APIProxy:
     def count(self, what: str) -> int:
         with self._lock:
             return self.counts[what]
+
+    def received(self) -> dict[str, int]:
+        """Response bytes forwarded to clients so far, by :func:`request_kind`."""
+        with self._lock:
+            return dict(self._received)
 
     def start(self) -> APIProxy:
         self._thread.start()
@@ -109,7 +147,7 @@ class APIProxy:
             upstream_in, upstream_out = await asyncio.open_connection(
                 self._host, self._port, ssl=self._upstream_tls, server_hostname=self._host
             )
-        except OSError:
+        except (OSError, asyncio.CancelledError):  # cancelled: the proxy is stopping
             client_out.transport.abort()
             return
         conn = _Connection()
@@ -156,6 +194,7 @@ class APIProxy:
                     if fault != "none":
                         self._counted("matched")
                     conn.fault = fault
+                    conn.kind = request_kind(method, target)
                 writer.write(chunk)
                 await writer.drain()
 
@@ -182,5 +221,7 @@ class APIProxy:
                     self._counted("cut")
                     writer.transport.abort()  # a TCP reset mid-body, no TLS close_notify
                     return
+                with self._lock:
+                    self._received[conn.kind] += len(chunk)
                 writer.write(chunk)
                 await writer.drain()

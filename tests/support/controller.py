@@ -92,9 +92,12 @@ class ControllerProcess:
         leader_elect: bool = True,
         wait_leading: bool = True,
         on_spawn: Callable[[int], None] | None = None,
+        ready_timeout: float = 60,
     ) -> ControllerProcess:
         """Starts ``rotator run`` and waits until it is ready and (``wait_leading``) leads.
-        ``on_spawn`` is called with the process id as soon as it exists (a profiler attaches)."""
+        ``on_spawn`` is called with the process id as soon as it exists (a profiler attaches).
+        ``ready_timeout``: a sharded replica is ready only once its shards' caches synced, which
+        at scale takes longer than the default minute."""
         self.runs += 1
         metrics, probes = free_port(), free_port()
         argv = [
@@ -123,7 +126,7 @@ class ControllerProcess:
             on_spawn(self.proc.popen.pid)
         wait_for(
             lambda: self.proc is not None and self.proc.http(probes, "/readyz")[0] == 200,
-            timeout=60,
+            timeout=ready_timeout,
             what="controller ready",
         )
         if leader_elect and wait_leading:

@@ -12,13 +12,15 @@ hold them; names are unique across namespaces so a figure can name a chain by it
 from __future__ import annotations
 
 import base64
+import contextlib
 import functools
+import hashlib
 import json
 import os
 import threading
 import time
 import tracemalloc
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +33,7 @@ from controllers.runtime.compaction import Compactor
 from controllers.runtime.informer import Informer, Transform, strip_never_read
 from controllers.runtime.objects import Body
 from rotator_devkit.controlplane.cluster import LocalControlPlane
+from tests.support.apiproxy import APIProxy
 from tests.support.chain import Chain
 from tests.support.controller import (
     ControllerProcess,
@@ -83,22 +86,36 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def control_plane_cpu(control_plane: LocalControlPlane) -> dict[str, float]:
-    """CPU seconds used so far by each process of ``control_plane`` (etcd, kube-apiserver,
+def _control_plane_processes(control_plane: LocalControlPlane) -> Iterator[tuple[str, int]]:
+    """(executable name, pid) of each process of ``control_plane`` (etcd, kube-apiserver,
     kube-controller-manager): the processes whose command line names its folder."""
-    used: dict[str, float] = {}
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
         try:
             argv = (proc / "cmdline").read_bytes().split(b"\0")
-            if str(control_plane.dir).encode() not in b" ".join(argv):
-                continue
-            name = Path(argv[0].decode()).name
-            used[name] = used.get(name, 0.0) + cpu_seconds(int(proc.name))
+            if str(control_plane.dir).encode() in b" ".join(argv):
+                yield Path(argv[0].decode()).name, int(proc.name)
         except (OSError, ValueError, IndexError):
             continue  # gone meanwhile, or not ours to read
+
+
+def control_plane_cpu(control_plane: LocalControlPlane) -> dict[str, float]:
+    """CPU seconds used so far by each process of ``control_plane``."""
+    used: dict[str, float] = {}
+    for name, pid in _control_plane_processes(control_plane):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            used[name] = used.get(name, 0.0) + cpu_seconds(pid)
     return used
+
+
+def control_plane_rss(control_plane: LocalControlPlane) -> int:
+    """Resident memory of every process of ``control_plane`` together."""
+    total = 0
+    for _, pid in _control_plane_processes(control_plane):
+        with contextlib.suppress(OSError, AssertionError):
+            total += rss_bytes(pid)
+    return total
 
 
 def controller_pid(controller: ControllerProcess) -> int:
@@ -179,20 +196,34 @@ def in_parallel(task: Callable[[int], object], count: int, threads: int = THREAD
 @dataclass(frozen=True)
 class Fleet:
     """Where each of ``chains`` chains and ``unrelated`` unrelated Secrets lives, and what key
-    chain ``i`` holds at ``version``."""
+    chain ``i`` holds at ``version``.
+
+    ``spread`` starts each namespace's name with 6 hex digits of a SHA-256 of its plain name
+    (``3f9a1c-chains-007``), so that the namespaces fall into shards as a cluster's tenants would:
+    FNV-1a's high bits, which pick the shard, hardly depend on a name's last characters, and all
+    30 of ``chains-000`` to ``chains-029`` hash into one shard of six."""
 
     chains: int
     unrelated: int
+    chains_per_namespace: int = CHAINS_PER_NAMESPACE
+    unrelated_per_namespace: int = UNRELATED_PER_NAMESPACE
+    spread: bool = False
+
+    def _namespace(self, plain: str) -> str:
+        if not self.spread:
+            return plain
+        return f"{hashlib.sha256(plain.encode()).hexdigest()[:6]}-{plain}"
 
     def chain_namespace(self, i: int) -> str:
-        return f"chains-{i // CHAINS_PER_NAMESPACE:03d}"
+        return self._namespace(f"chains-{i // self.chains_per_namespace:03d}")
 
     def unrelated_namespace(self, i: int) -> str:
-        return f"unrelated-{i // UNRELATED_PER_NAMESPACE:03d}"
+        return self._namespace(f"unrelated-{i // self.unrelated_per_namespace:03d}")
 
     def namespaces(self) -> list[str]:
-        names = [self.chain_namespace(i) for i in range(0, self.chains, CHAINS_PER_NAMESPACE)]
-        step = UNRELATED_PER_NAMESPACE
+        step = self.chains_per_namespace
+        names = [self.chain_namespace(i) for i in range(0, self.chains, step)]
+        step = self.unrelated_per_namespace
         return names + [self.unrelated_namespace(i) for i in range(0, self.unrelated, step)]
 
     @staticmethod
@@ -336,12 +367,25 @@ def controller_process(
     api: clients.Client,
     workdir: Path,
     args: Sequence[str] = (),
+    *,
+    via: APIProxy | None = None,
 ) -> ControllerProcess:
-    """``rotator run`` as its ServiceAccount, logging at the deployed level, with ``args``."""
-    kubeconfig = service_account_kubeconfig(control_plane, api, workdir / "kubeconfig")
+    """``rotator run`` as its ServiceAccount, logging at the deployed level, with ``args``;
+    talking to the API server through ``via`` when given (a proxy that counts its bytes)."""
+    kubeconfig = service_account_kubeconfig(
+        control_plane,
+        api,
+        workdir / "kubeconfig",
+        server=via.url if via is not None else None,
+        ca_file=via.ca_file if via is not None else None,
+    )
     return ControllerProcess(
         kubeconfig, workdir, args=(*CONTROLLER_ARGS, *args), env=CONTROLLER_ENV
     )
+
+
+CHAIN_CONTROLLERS = ("backendsecuritypolicy", "route")
+"""The controllers that reconcile each chain once at least in a cold start."""
 
 
 def reconciles(controller: ControllerProcess, name: str) -> float:
@@ -353,22 +397,43 @@ def reconciles(controller: ControllerProcess, name: str) -> float:
     )
 
 
-def _reconciled(controller: ControllerProcess, name: str, count: int) -> bool:
-    return reconciles(controller, name) >= count
+def _reconciled(
+    controllers: Sequence[ControllerProcess], name: str, count: float, since: float
+) -> bool:
+    return sum(reconciles(c, name) for c in controllers) - since >= count
 
 
 def settle(controller: ControllerProcess, fleet: Fleet, *, timeout: float) -> None:
     """Waits until every policy and route has been reconciled since the start and nothing is
     queued or running (a queue is filled as its controller starts, just after the lease is won:
     idle alone could be seen in between)."""
-    for name in ("backendsecuritypolicy", "route"):
+    settle_all([controller], fleet.chains, timeout=timeout)
+
+
+def settle_all(
+    controllers: Sequence[ControllerProcess],
+    chains: int,
+    *,
+    timeout: float,
+    since: Mapping[str, float] | None = None,
+) -> None:
+    """:func:`settle` for replicas that share the work: together they have reconciled
+    ``chains`` policies and routes more than ``since`` (their sums of
+    :func:`reconciles` by controller name; none: since they started), and none of them has
+    work queued or running."""
+    for name in CHAIN_CONTROLLERS:
         wait_for(
-            functools.partial(_reconciled, controller, name, fleet.chains),
+            functools.partial(_reconciled, controllers, name, chains, (since or {}).get(name, 0)),
             timeout=timeout,
             interval=SCRAPE_INTERVAL,
-            what=f"{fleet.chains} {name} reconciles",
+            what=f"{chains} {name} reconciles",
         )
-    wait_for(controller.idle, timeout=timeout, interval=SCRAPE_INTERVAL, what="the controller idle")
+    wait_for(
+        lambda: all(c.idle() for c in controllers),
+        timeout=timeout,
+        interval=SCRAPE_INTERVAL,
+        what="the controllers idle",
+    )
 
 
 @dataclass(frozen=True)
