@@ -265,6 +265,15 @@ def build_parser(prog: str = "rotator") -> argparse.ArgumentParser:
         help="folder with etcd, kube-apiserver, kube-controller-manager "
         "(default $KUBEBUILDER_ASSETS)",
     )
+    dev.add_argument(
+        "--apiserver-flag",
+        action="append",
+        default=[],
+        metavar="FLAG",
+        help="one more kube-apiserver flag, repeatable; write it with '=', e.g. "
+        "--apiserver-flag=--feature-gates=ShardedListAndWatch=true (the server filters the "
+        "lists and watches of shards: docs/operations.md, Shards)",
+    )
     dev.set_defaults(
         metrics_bind_address="127.0.0.1:8080",
         metrics_secure=False,  # loopback only, for curl
@@ -521,7 +530,12 @@ def _dev(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE
-    log.info("dev.starting", assets=str(folder), lifetime=args.lifetime)
+    log.info(
+        "dev.starting",
+        assets=str(folder),
+        lifetime=args.lifetime,
+        apiserver_flags=args.apiserver_flag,
+    )
     # Ctrl-C only sets this, from here on: a KeyboardInterrupt raised at an arbitrary point of
     # the start (it once landed inside logging's fork handler and left its lock held, hanging the
     # stop) cannot be cleaned up after reliably. The start runs to its end, then everything stops.
@@ -533,6 +547,7 @@ def _dev(args: argparse.Namespace) -> int:
         gateway_port=args.gateway_port,
         envoy_port=args.envoy_port,
         admin_port=args.admin_port,
+        apiserver_flags=tuple(args.apiserver_flag),
     )
     live: list[table.LiveTable] = []
     try:

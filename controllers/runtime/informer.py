@@ -20,8 +20,12 @@ not request watch bookmarks. This module keeps client-go's reflector semantics i
 * ``has_synced()`` is true once every namespace's first list is stored and handed to handlers.
 * ``shard`` (namespaced kinds): only the objects of those shards' namespaces, asked of the
   server with a ``shardSelector`` and, whatever it answers, tested again here before anything is
-  stored or handed on; :attr:`Informer.filtering` says whether the server filtered (its list
-  echoed the selector in ``metadata.shardInfo``) or this side did.
+  stored or handed on; :attr:`Informer.filtering` says whether the server said it filtered (its
+  list echoed the selector in ``metadata.shardInfo``). A v1.36 server with the gate filters
+  every list and watch but echoes only on the full lists of built-in kinds: a custom resource's
+  list (unstructured) and a metadata-only one (``PartialObjectMetadataList``) come back
+  filtered and silent, so one informer's answer cannot tell a silent filter from none; a
+  replica's other informers can (``shards.Coordinator``).
 
 Handlers run on the informer's threads and must be quick (they enqueue keys).
 """
@@ -141,8 +145,9 @@ class Informer:
             {"shard_selector": self._shard_selector} if self._shard_selector else {}
         )
         self.filtering: str | None = None
-        """With a shard: ``server-side`` or ``client-side``, as the last list was answered;
-        None without one, or before the first list."""
+        """With a shard: ``server-side`` (the last list echoed the selector) or
+        ``client-side`` (it did not: no gate, or a list the server filters without saying so,
+        see the module's docstring); None without one, or before the first list."""
         self.metadata_only = metadata_only
         self.store = Store()
         self._api = api

@@ -1,39 +1,83 @@
-"""Shards end to end: three ``rotator run --shards 6`` replicas (own processes, the controller's
-ServiceAccount bound by config/rbac plus config/sharding) share six shards, two each; 60 API-key
-chains across 30 namespaces are each reconciled by the one replica that holds their namespace's
-shard; a replica killed with SIGKILL loses its two shards to the others once their Leases expire
-(not sooner, and within the Lease duration plus a few retry periods), and the new holders adopt
-the derived Secrets without minting again (the credential hash of every derived Secret is
-unchanged). From the replicas' reconcile logs, no object is ever reconciled by two replicas at
-once.
+"""Shards end to end, with the API server filtering (the ``ShardedListAndWatch`` gate on) and
+without (gate off: each replica filters on its own side): ``rotator run --shards 6`` replicas (own
+processes, the controller's ServiceAccount bound by config/rbac plus config/sharding) share six
+shards over 300 chains — 240 API-key chains and 60 STS chains whose sessions live 60 s (moto
+behind the STS stand-in, web identity from the API server's ServiceAccount tokens), so every STS
+credential is renewed every 25-30 s while the test runs. In each mode, on a control plane of
+the module's own:
 
-A control plane of the test's own: the session's shared controller watches every namespace and
-would reconcile these chains too. Its API server runs without the ``ShardedListAndWatch`` gate, so
-the replicas filter on their own side (the server-side mode is covered by
-tests/e2e/test_sharding.py's agreement of the hash, not here yet).
+* Three replicas hold two shards each, and every object is reconciled by exactly one replica: the
+  holder of its namespace's shard (the replicas' reconcile logs). The replicas log the filtering
+  mode the server allows (``shards.filtering``: ``server-side`` with the gate, ``client-side``
+  without).
+* SIGKILL one: its two shards go to the others once their Leases expired — not sooner (the
+  victim's last renewal plus the Lease duration), and within the Lease duration plus a few retry
+  periods — straight from the dead holder to the new one.
+* Scale 3 → 1 → 3 gracefully: SIGTERM two replicas, the survivor takes their four shards as each
+  is released (within a retry period and two coordinator rounds of the release, not at Lease
+  expiry: every move goes through an empty holder); two new replicas join and the survivor drains and releases four
+  shards, which they take as released: two each.
+* Throughout, the zeros: no two replicas ever reconcile one object at once (the reconcile logs);
+  no derived Secret ever holds an expired credential (a watch records every version); nothing is
+  minted again — every new STS credential was a renewal that was due (``issued-at`` no earlier
+  than the schedule's earliest renewal of the one it replaced, tests/kind/history.py), every
+  AssumeRoleWithWebIdentity the stand-in answered became a derived Secret (but for those in
+  flight when a replica was killed: at most its policy workers), and no API-key credential hash
+  changed. No secret value appears in a replica's log (the test's API keys, here; what the
+  stand-in minted, at the session's end: tests/e2e/conftest.py).
 
-Short Leases (8 s / 6 s / 1.5 s) keep the test short; every bound is derived from them.
+The Lease history comes from a watch of the Leases; the module's figures (takeover times, how
+long each mode took) are printed (``-s``). Short Leases (8 s / 6 s / 1.5 s) keep it short; every
+bound is derived from them. The session's shared controller (another control plane) is not
+involved.
+
+Wall time, both modes with 300 chains each, on the 2-core development machine while other test
+runs loaded it (load average 12-16): 140 s in all, about 70 s a mode, of which some 45 s build
+and serve the chains (``pytest tests/e2e/test_shards.py -s`` prints each mode's figures).
+
+Breaks that fail it (each tried by hand): a replica that keeps every object its lists return
+(no client-side filter, gate off: the replicas fight over every object and lose their Leases);
+a shard's range off (``ranges(N)[index // 2]``: half the namespaces are never served); renewals
+12 s early (``decide.due``: "minted again before due"); the filtering mode logged ``server-side``
+only when every list echoed the selector (what this module found: a gated v1.36 server echoes
+only on some lists, tests/e2e/test_sharding.py). Not caught by one change alone: taking a Lease
+before it expired in the elector's rule (``observed`` and ``_try_acquire_or_renew``) — a dead
+replica's share is not handed out until its membership Lease expired too, so the takeover still
+waits the Lease duration.
 """
 
 from __future__ import annotations
 
+import itertools
+import signal
 import time
 import uuid
 from collections import defaultdict
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from controllers.reconcilers import api as rapi
 from controllers.runtime import client as clients
+from controllers.runtime import clock as clocks
 from controllers.runtime import objects, restconfig, sharding
 from rotator_devkit.controlplane import assets
-from rotator_devkit.controlplane.cluster import LocalControlPlane
+from rotator_devkit.controlplane.cluster import (
+    SERVICE_ACCOUNT_ISSUER,
+    ControlPlaneOptions,
+    LocalControlPlane,
+)
 from rotator_devkit.devenv import manifests
-from tests.support import monitoring
-from tests.support.chain import Chain
+from rotator_devkit.devenv.standins.sts import ASSUME, STSProxy
+from tests.e2e.conftest import ROLE_ARN
+from tests.kind.history import Credentials
+from tests.kind.watching import Recorder
+from tests.support import leaks, monitoring
+from tests.support.chain import AWSChain
 from tests.support.controller import (
     ControllerProcess,
     install_crds,
@@ -43,56 +87,146 @@ from tests.support.controller import (
 from tests.support.polling import wait_for
 from tests.support.reconcilelog import Reconcile, entries, longest_overlap
 
+pytestmark = pytest.mark.local_control_plane
+
+GATE = "--feature-gates=ShardedListAndWatch=true"
 SHARDS, REPLICAS = 6, 3
-NAMESPACES, CHAINS_PER_NAMESPACE = 30, 2
+NAMESPACES, API_KEYS_PER_NAMESPACE, STS_PER_NAMESPACE = 60, 4, 1
+"""300 chains in each mode: 240 API-key chains and 60 STS chains."""
+SESSION_SECONDS = 60
 LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD = 8.0, 6.0, 1.5
-SETTLE = 10 * LEASE_DURATION  # replicas joining one after another, each handover drained
+TICK = RETRY_PERIOD * 1.2
+"""The longest wait between two rounds of a replica's coordinator (jittered up to +20 %)."""
+SETTLE = 10 * LEASE_DURATION
+"""Seconds for replicas joining one after another to settle (in timeouts only)."""
+HANDOVER = RETRY_PERIOD + 2 * TICK + 1.0
+"""Seconds from a graceful release to the take: the releasing replica's membership Lease goes
+once its shards are released (its renewing thread wakes within a retry period), then the taker's
+next round; far below the Lease duration a take at expiry would need."""
+WORKERS = 2
+SLOW = 120.0
+"""Seconds for the chains to be served on a loaded 2-core machine (in timeouts only)."""
 
 
-@pytest.fixture
-def cluster() -> Iterator[tuple[LocalControlPlane, clients.Client]]:
-    with LocalControlPlane(assets.find()) as cp:
-        api = clients.Client(restconfig.load(str(cp.kubeconfig)))
-        install_crds(api)
-        install_rbac(api)
-        docs = manifests.kustomize(
-            manifests.load(manifests.CONFIG / "sharding"),
-            namespace=manifests.NAMESPACE,
-            prefix=manifests.NAME_PREFIX,
+@dataclass
+class Replica:
+    process: ControllerProcess
+    identity: str
+    ended_at: float | None = None
+    """When it was killed or stopped (its reconciles without an end line ran until then)."""
+
+
+@dataclass
+class World:
+    """One mode's control plane, stand-in, watches, chains and replicas (the module's state:
+    the tests run in order, and each first tops the replicas up to three and waits for two
+    shards each)."""
+
+    mode: str
+    cp: LocalControlPlane
+    api: clients.Client
+    sts: STSProxy
+    secrets: Recorder
+    leases: Recorder
+    workdir: Path
+    env: dict[str, str]
+    lease_id: str = field(default_factory=lambda: f"shards-{uuid.uuid4().hex[:6]}")
+    replicas: list[Replica] = field(default_factory=list)
+    namespaces: list[str] = field(default_factory=list)
+    api_key_hashes: dict[str, str] = field(default_factory=dict)
+    began: float = field(default_factory=time.time)
+
+    @property
+    def live(self) -> list[Replica]:
+        return [r for r in self.replicas if r.ended_at is None]
+
+    def start_replica(self) -> Replica:
+        n = len(self.replicas)
+        workdir = self.workdir / f"replica-{n}"
+        workdir.mkdir()
+        kubeconfig = service_account_kubeconfig(self.cp, self.api, workdir / "kubeconfig")
+        args = (
+            "--shards", str(SHARDS),
+            "--leader-election-namespace", manifests.NAMESPACE,
+            "--leader-election-id", self.lease_id,
+            "--leader-election-lease-duration", str(LEASE_DURATION),
+            "--leader-election-renew-deadline", str(RENEW_DEADLINE),
+            "--leader-election-retry-period", str(RETRY_PERIOD),
+            "--workers", str(WORKERS),
+        )  # fmt: skip
+        process = ControllerProcess(kubeconfig, workdir, env=self.env, args=args)
+        process.start(leader_elect=False)
+        replica = Replica(process, identity_of(process))
+        self.replicas.append(replica)
+        return replica
+
+    def three_settled(self) -> list[Replica]:
+        """Starts replicas until three live, and waits until each holds two shards."""
+        while len(self.live) < REPLICAS:
+            self.start_replica()
+        live = self.live
+        wait_for(
+            lambda: (
+                all(held(r) == SHARDS // REPLICAS for r in live)
+                and set(holders(self.api, self.lease_id).values()) == {r.identity for r in live}
+            ),
+            timeout=SETTLE,
+            interval=0.5,
+            what="two shards each",
         )
-        manifests.apply(api, docs)
-        yield cp, api
+        return live
+
+    def holders(self) -> dict[int, str]:
+        return holders(self.api, self.lease_id)
+
+    def reconciles(self) -> dict[str, dict[str, list[Reconcile]]]:
+        """Replica identity → ``controller:namespace/name`` → its reconciles, in the chains'
+        namespaces."""
+        now = time.time()
+        wanted = set(self.namespaces)
+        return {
+            r.identity: per_object(r.process.logs(), wanted, ended_at=r.ended_at or now)
+            for r in self.replicas
+        }
+
+    def credentials(self) -> Credentials:
+        return Credentials(self.secrets.events())
+
+
+def identity_of(process: ControllerProcess) -> str:
+    return wait_for(
+        lambda: next(
+            (
+                str(e["identity"])
+                for _, e in entries(process.logs())
+                if e.get("event") == "rotator.starting"
+            ),
+            None,
+        ),
+        timeout=10,
+        what="the replica's identity logged",
+    )
+
+
+def held(replica: Replica) -> float | None:
+    assert replica.process.proc is not None
+    return replica.process.metric("rotator_shards_held")
 
 
 def holders(api: clients.Client, lease_id: str) -> dict[int, str]:
     """Shard → the holder of its Lease ("" when free or not yet created)."""
-    out: dict[int, str] = {}
-    for i in range(SHARDS):
-        try:
-            lease = api.get(
-                objects.LEASES, f"{lease_id}-shard-{i}-of-{SHARDS}", namespace=manifests.NAMESPACE
-            )
-            out[i] = str(lease["spec"].get("holderIdentity") or "")
-        except Exception:
-            out[i] = ""
+    out = dict.fromkeys(range(SHARDS), "")
+    prefix = f"{lease_id}-shard-"
+    for lease in api.list(objects.LEASES, namespace=manifests.NAMESPACE).get("items") or []:
+        name = objects.name(lease)
+        if name.startswith(prefix) and name.endswith(f"-of-{SHARDS}"):
+            index = int(name.removeprefix(prefix).split("-", 1)[0])
+            out[index] = str((lease.get("spec") or {}).get("holderIdentity") or "")
     return out
 
 
-def identity(replica: ControllerProcess) -> str:
-    return next(
-        str(e["identity"])
-        for _, e in entries(replica.logs())
-        if e.get("event") == "rotator.starting"
-    )
-
-
-def held(replica: ControllerProcess) -> float | None:
-    return replica.metric("rotator_shards_held")
-
-
 def per_object(text: str, namespaces: set[str], *, ended_at: float) -> dict[str, list[Reconcile]]:
-    """``controller:namespace/name`` → the replica's reconciles of it, in the test's
-    namespaces."""
+    """``controller:namespace/name`` → the replica's reconciles of it, in ``namespaces``."""
     starts: dict[str, tuple[str, float]] = {}
     ends: dict[str, float] = {}
     for at, e in entries(text):
@@ -109,169 +243,403 @@ def per_object(text: str, namespaces: set[str], *, ended_at: float) -> dict[str,
     return out
 
 
-def credential_hashes(api: clients.Client, namespaces: list[str]) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for ns in namespaces:
-        for s in api.list(objects.SECRETS, namespace=ns).get("items") or []:
-            name = s["metadata"]["name"]
-            if name.startswith("rotator-bsp-"):
-                annotations = s["metadata"].get("annotations") or {}
-                out[f"{ns}/{name}"] = str(annotations.get(rapi.CREDENTIAL_HASH_ANNOTATION))
+def namespace_of(key: str) -> str:
+    return key.split(":", 1)[1].split("/", 1)[0]
+
+
+@dataclass(frozen=True)
+class Change:
+    """A shard Lease's holder changing, as the Lease watch saw it."""
+
+    shard: int
+    at: float
+    """Wall-clock seconds the watch delivered it."""
+    before: str
+    after: str
+    spec: dict[str, Any]
+    previous_spec: dict[str, Any]
+
+
+def changes(world: World, *, since: float) -> list[Change]:
+    """Every change of a shard Lease's holder delivered after ``since``, in order."""
+    prefix = f"{world.lease_id}-shard-"
+    last: dict[int, tuple[str, dict[str, Any]]] = {}
+    out: list[Change] = []
+    for seen in world.leases.events():
+        if not seen.name.startswith(prefix) or seen.type == "DELETED":
+            continue
+        index = int(seen.name.removeprefix(prefix).split("-", 1)[0])
+        spec = dict(seen.obj.get("spec") or {})
+        holder = str(spec.get("holderIdentity") or "")
+        before, previous = last.get(index, ("", {}))
+        last[index] = (holder, spec)
+        if holder != before and seen.at > since:
+            out.append(Change(index, seen.at, before, holder, spec, previous))
     return out
 
 
-def all_ready(api: clients.Client, namespaces: list[str]) -> bool:
-    ready = 0
-    for ns in namespaces:
-        for p in api.list(rapi.POLICIES, namespace=ns).get("items") or []:
-            conditions = (p.get("status") or {}).get("conditions") or []
-            ready += any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
-    return ready == NAMESPACES * CHAINS_PER_NAMESPACE
+# --- the zeros -------------------------------------------------------------------------------
 
 
-def test_three_replicas_share_six_shards_and_take_over_a_killed_ones(
-    cluster: tuple[LocalControlPlane, clients.Client], tmp_path: Path
-) -> None:
-    cp, api = cluster
-    lease_id = f"shards-{uuid.uuid4().hex[:6]}"
-    args = (
-        "--shards", str(SHARDS),
-        "--leader-election-namespace", manifests.NAMESPACE,
-        "--leader-election-id", lease_id,
-        "--leader-election-lease-duration", str(LEASE_DURATION),
-        "--leader-election-renew-deadline", str(RENEW_DEADLINE),
-        "--leader-election-retry-period", str(RETRY_PERIOD),
-        "--workers", "2",
-    )  # fmt: skip
-    replicas: list[ControllerProcess] = []
-    try:
-        for n in range(REPLICAS):
-            workdir = tmp_path / f"replica-{n}"
-            workdir.mkdir()
-            kubeconfig = service_account_kubeconfig(cp, api, workdir / "kubeconfig")
-            replicas.append(
-                ControllerProcess(kubeconfig, workdir, args=args).start(leader_elect=False)
+def assert_no_overlap(world: World) -> float:
+    """No two replicas ever reconciled one object at once (a killed or stopped replica's
+    unfinished reconciles ran until it ended); returns the longest overlap (≤ 0)."""
+    logs = world.reconciles()
+    keys = set().union(*(set(v) for v in logs.values()))
+    ids = list(logs)
+    worst = max(
+        (
+            longest_overlap(logs[a].get(key, []), logs[b].get(key, []))
+            for key in keys
+            for x, a in enumerate(ids)
+            for b in ids[x + 1 :]
+        ),
+        default=0.0,
+    )
+    assert worst <= 0, f"two replicas reconciled one object at once for {worst:.3f} s"
+    return worst
+
+
+def api_key_hashes(api: clients.Client, namespaces: list[str]) -> dict[str, str]:
+    """``namespace/derived Secret`` → its credential hash, for the API-key chains."""
+    out: dict[str, str] = {}
+    for s in api.list(objects.SECRETS, label_selector=rapi.MANAGED_SELECTOR).get("items") or []:
+        md = s["metadata"]
+        if md["namespace"] in namespaces and md["name"].startswith(rapi.derived_secret_name("k")):
+            annotations = md.get("annotations") or {}
+            out[f"{md['namespace']}/{md['name']}"] = str(
+                annotations.get(rapi.CREDENTIAL_HASH_ANNOTATION)
             )
-        wait_for(
-            lambda: (
-                all(held(r) == SHARDS // REPLICAS for r in replicas)
-                and all(holders(api, lease_id).values())
-            ),
-            timeout=SETTLE,
-            interval=0.5,
-            what="two shards each",
+    return out
+
+
+def unwritten_sessions(world: World, *, since: float, until: float) -> list[tuple[str, float]]:
+    """The AssumeRoleWithWebIdentity calls answered between ``since`` and ``until`` whose
+    session no derived Secret ever held — minted and thrown away — as (session, when). A
+    session is known by its expiry: the stand-in's answer to a call that arrived at ``at``
+    expires the session lifetime after it answered (moto's answer takes a moment; whole
+    seconds), and the derived Secret records that expiry. Renewals are some 25 s apart, so a
+    few seconds of slack cannot match the wrong one."""
+    expiries: dict[str, set[float]] = {  # derived Secret → every expiry it held
+        name: {v.expires_at for v in versions if v.expires_at is not None}
+        for name, versions in world.credentials().versions.items()
+    }
+    out = []
+    for call in world.sts.calls_of(ASSUME):
+        if not since <= call.at <= until:
+            continue
+        policy = call.session.rsplit(".", 1)[-1]
+        written = expiries.get(rapi.derived_secret_name(policy), set())
+        earliest = int(call.at + SESSION_SECONDS)
+        if not any(earliest <= expiry <= earliest + 3 for expiry in written):
+            out.append((call.session, call.at))
+    return out
+
+
+def check_credentials(
+    world: World,
+    *,
+    since: float,
+    killed: float | None = None,
+    what: str,
+    renewed: bool = True,
+) -> None:
+    """Over ``since`` → now: no derived Secret held an expired credential, every new STS
+    credential was a renewal that was due, every session the stand-in issued was written (but
+    for those in flight when a replica was ``killed``: at most its two shards' policy workers,
+    called within the STS timeout before), and no API-key credential changed. ``renewed``: some
+    STS credential was renewed meanwhile (a positive control of the history)."""
+
+    def acceptable(lost: list[tuple[str, float]]) -> bool:
+        if killed is None:
+            return not lost
+        return len(lost) <= 2 * WORKERS and all(killed - 10.0 <= at <= killed for _, at in lost)
+
+    until = time.time()
+    # a session answered a moment ago reaches its Secret a moment later
+    wait_for(
+        lambda: acceptable(unwritten_sessions(world, since=since, until=until)),
+        timeout=30,
+        what="every session issued written",
+    )
+    history = world.credentials()
+    expired = history.expired_seconds(since=world.began, until=time.time())
+    again = history.minted_again(since=since)
+    renewals = history.new_credentials(since=since)
+    lost = unwritten_sessions(world, since=since, until=until)
+    print(
+        f"{world.mode} {what}: {len(renewals)} renewals (all due: {not again}), expired "
+        f"seconds {sum(expired.values()):g}, sessions never written {len(lost)}"
+    )
+    assert renewals or not renewed, "the 60 s sessions were renewed meanwhile"
+    assert not expired, f"derived Secrets held expired credentials (seconds): {expired}"
+    assert not again, f"minted again before due: {again}"
+    assert acceptable(lost), f"sessions issued and never written: {lost}"
+    assert api_key_hashes(world.api, world.namespaces) == world.api_key_hashes
+
+
+# --- the module's world ----------------------------------------------------------------------
+
+
+def build_namespace(api: clients.Client, ns: str, index: int) -> set[str]:
+    """One namespace's chains: API-key chains ``k<index>-<j>`` and STS chains
+    ``s<index>-<j>`` (names unique across namespaces: the Secret history is keyed by name).
+    Returns the API keys it wrote."""
+    api.create(objects.NAMESPACES, {"metadata": {"name": ns}})
+    chain = AWSChain(api, ns)
+    for j in range(API_KEYS_PER_NAMESPACE):
+        name = f"k{index}-{j}"
+        chain.secret(name, apiKey=f"sk-shards-{uuid.uuid4().hex}")
+        chain.backend(name)
+        chain.api_key_policy(name, secret=name, targets=[name])
+        chain.route(name, [name])
+    source = {"serviceAccountToken": {"serviceAccountName": "default", "awsRoleArn": ROLE_ARN}}
+    for j in range(STS_PER_NAMESPACE):
+        name = f"s{index}-{j}"
+        chain.backend(name, schema="AWSBedrock", host="bedrock-runtime.us-east-1.amazonaws.com")
+        chain.aws_policy(name, [name], source)
+        chain.route(name, [name], model="claude")
+    return chain.secret_values
+
+
+def all_served(api: clients.Client, namespaces: list[str]) -> bool:
+    """Every policy Ready and every route's references resolved (two lists)."""
+    wanted = set(namespaces)
+
+    def true(kind: objects.Resource, type_: str) -> int:
+        return sum(
+            1
+            for o in api.list(kind).get("items") or []
+            if o["metadata"]["namespace"] in wanted
+            and any(
+                c["type"] == type_ and c["status"] == "True"
+                for c in (o.get("status") or {}).get("conditions") or []
+            )
         )
-        ids = {identity(r): r for r in replicas}
-        assert len(ids) == REPLICAS
-        # what RotatorShardUnheld compares, in a real sharded scrape (test_dashboard_metrics'
-        # single leader exports neither)
-        assert all(r.metric("rotator_shards") == SHARDS for r in replicas)
-        assert {"rotator_shards", "rotator_shards_held"} >= monitoring.SHARDED_ONLY
-        logs = "\n".join(r.logs() for r in replicas)
-        assert "client-side" in {
-            e.get("mode") for _, e in entries(logs) if e.get("event") == "shards.filtering"
+
+    chains = len(namespaces) * (API_KEYS_PER_NAMESPACE + STS_PER_NAMESPACE)
+    return true(rapi.POLICIES, "Ready") == chains and true(rapi.ROUTES, "ResolvedRefs") == chains
+
+
+@pytest.fixture(scope="module", params=["gate-on", "gate-off"])
+def world(
+    request: pytest.FixtureRequest, moto: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[World]:
+    mode = str(request.param)
+    began = time.time()
+    flags = (GATE,) if mode == "gate-on" else ()
+    with LocalControlPlane(assets.find(), ControlPlaneOptions(extra_apiserver_flags=flags)) as cp:
+        api = clients.Client(restconfig.load(str(cp.kubeconfig)))
+        install_crds(api)
+        install_rbac(api)
+        sharding_rbac = manifests.kustomize(
+            manifests.load(manifests.CONFIG / "sharding"),
+            namespace=manifests.NAMESPACE,
+            prefix=manifests.NAME_PREFIX,
+        )
+        manifests.apply(api, sharding_rbac)
+        jwks = api.request("GET", "/openid/v1/jwks", accept="application/jwk-set+json")
+        sts = STSProxy(moto, lifetime=SESSION_SECONDS).start()
+        leaks.MINTED.add_source(f"the shards test's STS stand-in ({mode})", sts.issued_values)
+        sts.trust(SERVICE_ACCOUNT_ISSUER, jwks, "sts.amazonaws.com")
+        sts.roles.add(ROLE_ARN)
+        env = {
+            "AWS_ENDPOINT_URL_STS": sts.url,
+            "AWS_EC2_METADATA_DISABLED": "true",
+            "AWS_ACCESS_KEY_ID": "",
+            "AWS_SECRET_ACCESS_KEY": "",
         }
-
-        # 60 API-key chains in 30 namespaces (random names: FNV-1a spreads them over shards)
-        namespaces = [f"sh-{uuid.uuid4().hex[:12]}" for _ in range(NAMESPACES)]
-
-        def build(ns: str) -> None:
-            api.create(objects.NAMESPACES, {"metadata": {"name": ns}})
-            chain = Chain(api, ns)
-            for j in range(CHAINS_PER_NAMESPACE):
-                chain.secret(f"key-{j}", apiKey=f"sk-shards-{uuid.uuid4().hex}")
-                chain.backend(f"b-{j}")
-                chain.api_key_policy(f"p-{j}", secret=f"key-{j}", targets=[f"b-{j}"])
-                chain.route(f"r-{j}", [f"b-{j}"])
-
-        created = time.time()
-        with ThreadPoolExecutor(6) as pool:
-            list(pool.map(build, namespaces))
-        wait_for(lambda: all_ready(api, namespaces), timeout=120, interval=1, what="all Ready")
-        wait_for(lambda: all(r.idle() for r in replicas), timeout=60, what="replicas idle")
-        before = credential_hashes(api, namespaces)
-        assert len(before) == NAMESPACES * CHAINS_PER_NAMESPACE
-
-        # every object reconciled by exactly one replica: the one holding its shard
-        shard_holder = holders(api, lease_id)
-        now = time.time()
-        objects_of = {
-            name: per_object(r.logs(), set(namespaces), ended_at=now) for name, r in ids.items()
-        }
-        keys = set().union(*objects_of.values())
-        assert len(keys) >= NAMESPACES * CHAINS_PER_NAMESPACE * 3  # policy, backend, route
-        for key in keys:
-            by = {name for name, seen in objects_of.items() if key in seen}
-            ns = key.split(":", 1)[1].split("/", 1)[0]
-            assert by == {shard_holder[sharding.shard_of(ns, SHARDS)]}, key
-        assert all(objects_of[name] for name in ids), "every replica worked"
-
-        # SIGKILL one replica: the others take its shards once their Leases expired
-        victim_id, victim = next(iter(ids.items()))
-        lost = sorted(i for i, h in shard_holder.items() if h == victim_id)
-        assert len(lost) == 2
-        assert victim.proc is not None
-        victim.proc.kill()
-        killed = time.time()
-        survivors = [r for r in replicas if r is not victim]
-        wait_for(
-            lambda: all(holders(api, lease_id)[i] not in ("", victim_id) for i in lost),
-            timeout=LEASE_DURATION + 6 * RETRY_PERIOD + 10,
-            interval=0.2,
-            what="the killed replica's shards taken",
+        secrets = Recorder(api, objects.SECRETS, label_selector="rotator.dev/policy").start()
+        leases = Recorder(api, objects.LEASES, namespace=manifests.NAMESPACE).start()
+        world = World(
+            mode, cp, api, sts, secrets, leases, tmp_path_factory.mktemp(f"shards-{mode}"), env
         )
-        takeover = time.time() - killed
-        print(
-            f"\ntakeover of 2 shards after SIGKILL: {takeover:.1f} s (lease {LEASE_DURATION:g} s)"
-        )
-        assert takeover >= LEASE_DURATION - RETRY_PERIOD, "never while its Leases were live"
-        assert takeover <= LEASE_DURATION + 3 * RETRY_PERIOD * 1.2 + 1.0, takeover
-        wait_for(
-            lambda: all(held(r) == SHARDS // (REPLICAS - 1) for r in survivors),
-            timeout=SETTLE,
-            interval=0.5,
-            what="three shards each",
-        )
-        moved = {ns for ns in namespaces if sharding.shard_of(ns, SHARDS) in lost}
+        try:
+            world.three_settled()
+            # random names: FNV-1a spreads them over the shards
+            world.namespaces = [f"sh-{uuid.uuid4().hex[:12]}" for _ in range(NAMESPACES)]
+            with ThreadPoolExecutor(8) as pool:
+                written = pool.map(
+                    lambda a: build_namespace(api, *a),
+                    [(ns, i) for i, ns in enumerate(world.namespaces)],
+                )
+                api_keys = set().union(*written)
+            wait_for(
+                lambda: all_served(api, world.namespaces),
+                timeout=SLOW,
+                interval=1,
+                what="every chain served",
+            )
+            world.api_key_hashes = api_key_hashes(api, world.namespaces)
+            assert len(world.api_key_hashes) == len(world.namespaces) * API_KEYS_PER_NAMESPACE
+            print(
+                f"\n{mode}: {len(world.namespaces) * (API_KEYS_PER_NAMESPACE + STS_PER_NAMESPACE)}"
+                f" chains served {time.time() - began:.0f} s after the module began"
+            )
+            yield world
+            print(f"{mode}: the module's tests took {time.time() - began:.0f} s")
+            # the values the stand-in minted are looked for in every log at the session's end
+            scanner = leaks.Scanner({"the test": api_keys})
+            found = scanner.leaks(
+                {f"log of {r.identity}": r.process.logs() for r in world.replicas}
+            )
+            assert not found, found
+        finally:
+            for r in world.replicas:
+                if r.process.proc is not None:
+                    r.process.proc.close()
+            secrets.stop()
+            leases.stop()
+            sts.stop()
 
-        def moved_policies_reconciled() -> bool:
-            seen = set()
-            for r in survivors:
-                for key, rs in per_object(r.logs(), moved, ended_at=time.time()).items():
-                    if key.startswith("backendsecuritypolicy:") and any(
-                        x.start > killed for x in rs
-                    ):
-                        seen.add(key)
-            return len(seen) == len(moved) * CHAINS_PER_NAMESPACE
 
-        wait_for(moved_policies_reconciled, timeout=60, what="moved policies adopted")
-        wait_for(lambda: all(r.idle() for r in survivors), timeout=60, what="survivors idle")
-        assert all_ready(api, namespaces)
-        assert credential_hashes(api, namespaces) == before, "no credential minted again"
+# --- the tests -------------------------------------------------------------------------------
 
-        # never two replicas on one object at once (the killed one's last reconciles ran at
-        # most until it died)
-        now = time.time()
-        logs_of = {
-            name: per_object(r.logs(), set(namespaces), ended_at=now) for name, r in ids.items()
-        }
-        logs_of[victim_id] = per_object(victim.logs(), set(namespaces), ended_at=killed)
-        names = list(logs_of)
-        worst = max(
-            (
-                longest_overlap(logs_of[a].get(key, []), logs_of[b].get(key, []))
-                for key in keys
-                for x, a in enumerate(names)
-                for b in names[x + 1 :]
-            ),
-            default=0.0,
-        )
-        print(f"longest overlap of two replicas on one object: {worst:.3f} s (<= 0: none)")
-        assert worst <= 0, worst
-        assert created < killed
+
+def test_each_replica_holds_two_shards_and_each_object_is_reconciled_by_its_holder(
+    world: World,
+) -> None:
+    live = world.three_settled()
+    wait_for(lambda: all(r.process.idle() for r in live), timeout=60, what="replicas idle")
+    shard_holder = world.holders()
+    assert all(held(r) == 2 for r in live)
+    # what RotatorShardUnheld compares, in a real sharded scrape (test_dashboard_metrics'
+    # single leader exports neither)
+    assert all(r.process.metric("rotator_shards") == SHARDS for r in live)
+    assert {"rotator_shards", "rotator_shards_held"} >= monitoring.SHARDED_ONLY
+    expected = "server-side" if world.mode == "gate-on" else "client-side"
+    modes = {
+        e.get("mode")
+        for r in live
+        for _, e in entries(r.process.logs())
+        if e.get("event") == "shards.filtering"
+    }
+    assert modes == {expected}, modes
+
+    logs = world.reconciles()
+    keys = set().union(*(set(v) for v in logs.values()))
+    chains = len(world.namespaces) * (API_KEYS_PER_NAMESPACE + STS_PER_NAMESPACE)
+    assert len(keys) >= chains * 3  # policy, backend, route
+    for key in keys:
+        by = {identity for identity, seen in logs.items() if key in seen}
+        assert by == {shard_holder[sharding.shard_of(namespace_of(key), SHARDS)]}, key
+    assert all(logs[r.identity] for r in live), "every replica worked"
+    assert_no_overlap(world)
+    # the first renewals fall due about 30 s after the first mints: maybe not yet
+    check_credentials(world, since=world.began, what="settled", renewed=False)
+
+
+def test_a_killed_replicas_shards_are_taken_once_their_leases_expired(world: World) -> None:
+    live = world.three_settled()
+    victim = live[0]
+    survivors = live[1:]
+    lost = sorted(i for i, h in world.holders().items() if h == victim.identity)
+    assert len(lost) == 2
+    assert victim.process.proc is not None
+    victim.process.proc.kill()
+    killed = victim.ended_at = time.time()
+    wait_for(
+        lambda: all(world.holders()[i] not in ("", victim.identity) for i in lost),
+        timeout=LEASE_DURATION + 6 * RETRY_PERIOD + 10,
+        interval=0.2,
+        what="the killed replica's shards taken",
+    )
+    takeover = time.time() - killed
+    print(f"\n{world.mode}: takeover of 2 shards after SIGKILL: {takeover:.1f} s "
+          f"(lease {LEASE_DURATION:g} s)")  # fmt: skip
+    assert takeover >= LEASE_DURATION - RETRY_PERIOD, "never while its Leases were live"
+    assert takeover <= LEASE_DURATION + 3 * TICK + 1.0, takeover
+    # straight from the dead holder to a live one, no sooner than its last renewal + duration
+    moves = [c for c in changes(world, since=killed - 1.0) if c.shard in lost]
+    first = {c.shard: c for c in reversed(moves)}
+    assert sorted(first) == lost, moves
+    for move in first.values():
+        assert move.before == victim.identity
+        assert move.after in {r.identity for r in survivors}
+        renewed = clocks.parse_rfc3339(move.previous_spec["renewTime"])
+        acquired = clocks.parse_rfc3339(move.spec["acquireTime"])
+        assert acquired >= renewed + LEASE_DURATION - 0.5, (move.shard, acquired - renewed)
+    wait_for(
+        lambda: all(held(r) == SHARDS // len(survivors) for r in survivors),
+        timeout=SETTLE,
+        interval=0.5,
+        what="three shards each",
+    )
+    moved = {ns for ns in world.namespaces if sharding.shard_of(ns, SHARDS) in lost}
+    moved_policies = len(moved) * (API_KEYS_PER_NAMESPACE + STS_PER_NAMESPACE)
+
+    def moved_policies_adopted() -> bool:
+        adopted = set()
         for r in survivors:
-            assert r.stop() == 0, r.logs()[-3000:]
-    finally:
-        for r in replicas:
-            if r.proc is not None:
-                r.proc.close()
+            for key, rs in per_object(r.process.logs(), moved, ended_at=time.time()).items():
+                if key.startswith("backendsecuritypolicy:") and any(x.start > killed for x in rs):
+                    adopted.add(key)
+        return len(adopted) == moved_policies
+
+    wait_for(moved_policies_adopted, timeout=60, what="the moved policies adopted")
+    assert all_served(world.api, world.namespaces)
+    assert_no_overlap(world)
+    check_credentials(world, since=killed, killed=killed, what="SIGKILL")
+
+
+def test_scaling_to_one_and_back_hands_shards_over_as_they_are_released(world: World) -> None:
+    live = world.three_settled()
+    began = time.time()
+    survivor, stopping = live[0], live[1:]
+    for r in stopping:
+        assert r.process.proc is not None
+        r.process.proc.popen.send_signal(signal.SIGTERM)
+    for r in stopping:
+        assert r.process.proc is not None
+        assert r.process.proc.popen.wait(60) == 0, "drained and released"
+        r.ended_at = time.time()
+        r.process.proc.close()
+        r.process.proc = None
+    wait_for(
+        lambda: held(survivor) == SHARDS and set(world.holders().values()) == {survivor.identity},
+        timeout=SETTLE,
+        interval=0.2,
+        what="the survivor holds every shard",
+    )
+    down = assert_released_then_taken(
+        changes(world, since=began), takers={survivor.identity}, at_least=4
+    )
+    print(f"\n{world.mode}: 3 → 1: the survivor held all 6 shards {time.time() - began:.1f} s "
+          f"after SIGTERM; each taken at most {down:.1f} s after its release")  # fmt: skip
+
+    grown = time.time()
+    joined = [world.start_replica(), world.start_replica()]
+    world.three_settled()
+    settled = time.time() - grown
+    up = assert_released_then_taken(
+        changes(world, since=grown), takers={r.identity for r in joined}, at_least=4
+    )
+    print(f"{world.mode}: 1 → 3: two each {settled:.1f} s after the first start; each taken at "
+          f"most {up:.1f} s after its release")  # fmt: skip
+    wait_for(lambda: all(r.process.idle() for r in world.live), timeout=60, what="idle")
+    assert all_served(world.api, world.namespaces)
+    assert_no_overlap(world)
+    check_credentials(world, since=began, what="3 → 1 → 3")
+
+
+def assert_released_then_taken(moves: list[Change], *, takers: set[str], at_least: int) -> float:
+    """Every holder change among ``moves`` went through an empty holder (released, not
+    expired) and on to one of ``takers``, within :data:`HANDOVER` of the release (not at
+    Lease expiry); at least ``at_least`` shards moved. Returns the longest release → take."""
+    longest = 0.0
+    by_shard: dict[int, list[Change]] = defaultdict(list)
+    for c in moves:
+        by_shard[c.shard].append(c)
+    for shard, seq in by_shard.items():
+        for before, take in itertools.pairwise(seq):
+            if take.after == "":
+                continue
+            assert take.before == "", f"shard {shard} moved without a release: {take}"
+            assert take.after in takers, take
+            delay = take.at - before.at
+            assert delay <= HANDOVER, f"shard {shard} taken {delay:.1f} s after its release"
+            longest = max(longest, delay)
+        assert seq[0].after == "", f"shard {shard} moved without a release: {seq[0]}"
+        assert seq[-1].after in takers, f"shard {shard} left unheld: {seq[-1]}"
+    assert len(by_shard) >= at_least, moves
+    return longest

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from typing import cast
 
 import pytest
+from structlog.testing import capture_logs
 
 from controllers.runtime import clock as clocks
 from controllers.runtime import objects, shards
@@ -35,10 +36,18 @@ LEASES = objects.LEASES.path(namespace=NS)
 class FakeShard:
     """What the coordinator runs per shard, recording what was done to it."""
 
-    def __init__(self, index: int, log: list[str], *, drains: bool = True) -> None:
+    def __init__(
+        self,
+        index: int,
+        log: list[str],
+        *,
+        drains: bool = True,
+        filtering: frozenset[str] = frozenset({"client-side"}),
+    ) -> None:
         self.index = index
         self._log = log
         self._drains = drains
+        self._filtering = filtering
         self.cache = self
         self.running = False
 
@@ -49,7 +58,7 @@ class FakeShard:
         return True
 
     def filtering(self) -> set[str]:
-        return {"client-side"}
+        return set(self._filtering)
 
     def start_controllers(self) -> bool:
         self.running = True
@@ -68,7 +77,9 @@ class FakeShard:
 
 
 class World:
-    def __init__(self, *, drains: bool = True) -> None:
+    def __init__(
+        self, *, drains: bool = True, filtering: frozenset[str] = frozenset({"client-side"})
+    ) -> None:
         self.clock = clocks.FakeClock()
         self.log: list[str] = []
         self.transport = FakeTransport(fault=self._fault)
@@ -76,7 +87,7 @@ class World:
         self.held = 0
 
         def build(index: int) -> shards.Shard:
-            self.shards[index] = FakeShard(index, self.log, drains=drains)
+            self.shards[index] = FakeShard(index, self.log, drains=drains, filtering=filtering)
             return cast(shards.Shard, self.shards[index])
 
         self.coordinator = shards.Coordinator(
@@ -266,3 +277,29 @@ def test_a_graceful_stop_deletes_its_membership_lease_and_a_long_dead_ones_is_de
     wait_for(lambda: mine in w.transport.objects, what="its membership Lease")
     w.coordinator.shutdown()
     assert mine not in w.transport.objects
+
+
+@pytest.mark.parametrize(
+    ("views", "mode"),
+    [
+        ({"client-side"}, "client-side"),  # no gate: no list echoed the selector
+        ({"server-side"}, "server-side"),
+        # a gated v1.36 server: the Secrets' full list echoed, the custom resources' and the
+        # metadata-only lists came back filtered without saying so (tests/e2e/test_sharding.py)
+        ({"server-side", "client-side"}, "server-side"),
+    ],
+)
+def test_the_filtering_mode_is_the_servers_once_any_list_echoed_the_selector(
+    views: set[str], mode: str
+) -> None:
+    """Logged once per process. Mutation caught: ``server-side`` only when every view echoed
+    (what a gated server never gives a replica: tests/e2e/test_shards.py saw ``client-side``)."""
+    with capture_logs() as logs:
+        w = World(filtering=frozenset(views))
+        try:
+            w.coordinator.tick()
+            wait_for(lambda: w.running() == set(range(N)), what="every shard running")
+        finally:
+            w.coordinator.shutdown()
+    logged = [e for e in logs if e["event"] == "shards.filtering"]
+    assert [e["mode"] for e in logged] == [mode]

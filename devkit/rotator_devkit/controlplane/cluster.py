@@ -50,6 +50,9 @@ class ControlPlaneOptions:
     stop_grace: float = 10.0
     """Seconds between SIGTERM and SIGKILL on stop. Defaults to 10."""
     extra_apiserver_flags: tuple[str, ...] = ()
+    """kube-apiserver flags after the launcher's own, e.g. a feature gate
+    (``--feature-gates=ShardedListAndWatch=true``: tests/e2e/test_shards.py, ``rotator dev
+    --apiserver-flag``). Defaults to none."""
     audit_policy: dict[str, Any] | None = None
     """An audit ``Policy`` (audit.k8s.io/v1); when set, the API server writes a JSON audit log to
     :attr:`LocalControlPlane.audit_log`. Defaults to no auditing."""

@@ -22,7 +22,11 @@ from typing import Any
 
 from controllers.runtime import client as clients
 from controllers.runtime import errors, objects, restconfig
-from rotator_devkit.controlplane.cluster import SERVICE_ACCOUNT_ISSUER, LocalControlPlane
+from rotator_devkit.controlplane.cluster import (
+    SERVICE_ACCOUNT_ISSUER,
+    ControlPlaneOptions,
+    LocalControlPlane,
+)
 from rotator_devkit.devenv import admin, gateways, manifests
 from rotator_devkit.devenv.providers import AUDIENCE, CONTROLLER_ROLE, ProviderStandIns
 
@@ -40,16 +44,19 @@ class DevEnvironment:
         gateway_port: int = gateways.DEFAULT_PORT,
         envoy_port: int = gateways.DEFAULT_ENVOY_PORT,
         admin_port: int = admin.DEFAULT_PORT,
+        apiserver_flags: tuple[str, ...] = (),
     ) -> None:
         """``gateway_port``, ``envoy_port``, ``admin_port``: on 127.0.0.1, when free (0: any
-        free port)."""
+        free port). ``apiserver_flags``: more kube-apiserver flags (a feature gate)."""
         self.config = config
         self.lifetime = lifetime
         self.gateway_port = gateway_port
         self.envoy_port = envoy_port
         self.admin_port = admin_port
         self.admin: admin.DevAdmin | None = None
-        self.control_plane = LocalControlPlane(assets)
+        self.control_plane = LocalControlPlane(
+            assets, ControlPlaneOptions(extra_apiserver_flags=apiserver_flags)
+        )
         self.standins: ProviderStandIns | None = None
         self.gateways: gateways.DevGateways | None = None
         self._started: list[Any] = []
