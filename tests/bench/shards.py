@@ -44,11 +44,10 @@ The goals, printed as ratios (≤ 1 meets the goal):
 * takeover: ≤ the Lease duration + the cold start of 2 of 6 shards, taken as the setup's own
   cold start (three replicas starting two shards each) to every chain Ready.
 
-"logged mode" is what each sharded replica logged once (``shards.filtering``): server-side only
-when every list of its first shard echoed ``metadata.shardInfo``. The v1.36.3 API server with the
-gate filters the lists of custom resources and of metadata only as well, but echoes ``shardInfo``
-only on full lists of built-in kinds, so a gate-on replica logs client-side; its list and watch
-bytes show what the server did.
+"logged mode" is what each sharded replica logged once (``shards.filtering``): server-side once
+any list of its first shard echoed ``metadata.shardInfo`` (the v1.36.3 API server with the gate
+filters every list and watch but echoes ``shardInfo`` only on full lists of built-in kinds; the
+gate is server-wide, so one echo tells); its list and watch bytes show what the server did.
 
 The chains a replica holds follow the hash of the namespaces its shards got, so a replica's
 share (printed beside its RSS) is a third only on average: the default 300 namespaces (the same
