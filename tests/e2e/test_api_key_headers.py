@@ -33,6 +33,7 @@ def api_key_policy(header: str | None) -> dict[str, Any]:
     }
 
 
+@pytest.mark.oldest_kubernetes
 @pytest.mark.parametrize("header", ["X-Api-Key", "Bearer", "api_key", ""])
 def test_a_header_outside_the_enum_is_refused_naming_the_supported_values(
     api: clients.Client, namespace: str, installed: None, header: str
@@ -45,6 +46,7 @@ def test_a_header_outside_the_enum_is_refused_naming_the_supported_values(
     assert 'supported values: "Authorization", "api-key", "x-api-key"' in message
 
 
+@pytest.mark.oldest_kubernetes
 def test_the_api_server_defaults_the_header_to_authorization(
     api: clients.Client, namespace: str, installed: None
 ) -> None:

@@ -170,6 +170,7 @@ def test_a_failure_of_either_link_is_reported_with_its_own_reason(
     assert sts.calls_of(ASSUME, f"rotator.{chain.ns}.external-id"), "the base link was made"
 
 
+@pytest.mark.oldest_kubernetes
 @pytest.mark.parametrize(
     ("aws", "message"),
     [

@@ -17,6 +17,8 @@ from tests.support.audit import AuditLog, Request
 from tests.support.chain import Chain
 from tests.support.polling import wait_for
 
+pytestmark = pytest.mark.oldest_kubernetes
+
 OIDC = {"issuer": "https://idp.example.com", "clientID": "c", "clientSecretRef": {"name": "s"}}
 ROLE = "arn:aws:iam::123456789012:role/bedrock"
 

@@ -6,10 +6,14 @@ from __future__ import annotations
 import base64
 import functools
 
+import pytest
+
 from controllers.reconcilers import api as rapi
 from rotator_devkit.devenv import manifests
 from tests.support.chain import Chain
 from tests.support.polling import wait_for
+
+pytestmark = pytest.mark.oldest_kubernetes
 
 KEY_1 = "sk-test-first-key-0123456789"
 KEY_2 = "sk-test-second-key-9876543210"

@@ -32,6 +32,8 @@ from tests.support.controller import ControllerProcess
 from tests.support.existing import ExistingCluster
 from tests.support.helm import Case
 
+pytestmark = pytest.mark.oldest_kubernetes
+
 SERVICE_MONITOR_CRD = Path(__file__).parent / "data" / "servicemonitor-crd.yaml"
 PROMETHEUS_RULE_CRD = Path(__file__).parent / "data" / "prometheusrule-crd.yaml"
 KINDS: dict[str, Resource] = {

@@ -177,6 +177,7 @@ AZURE_IDS = {"clientID": "c", "tenantID": "t"}
 GCP_BASE = {"projectName": "p", "region": "r"}
 
 
+@pytest.mark.oldest_kubernetes
 @pytest.mark.parametrize(
     ("spec", "message"),
     [

@@ -18,12 +18,13 @@ from cryptography.hazmat.primitives.asymmetric import padding, rsa
 from controllers.runtime import errors, objects
 from rotator_devkit.controlplane import cluster
 from rotator_devkit.controlplane.cluster import LocalControlPlane
+from tests.support import kubeversion
 from tests.support.kube import token_client
 from tests.support.polling import wait_for
 
-pytestmark = pytest.mark.local_control_plane
+pytestmark = [pytest.mark.local_control_plane, pytest.mark.oldest_kubernetes]
 
-KUBE_VERSION = "v1.36.3"
+KUBE_VERSION = kubeversion.pinned()
 
 
 def test_binaries_and_server_report_the_pinned_version(control_plane, api) -> None:

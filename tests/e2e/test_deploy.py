@@ -7,6 +7,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from controllers.runtime import client as clients
 from controllers.runtime import errors, objects
 from rotator_devkit.controlplane.cluster import LocalControlPlane
@@ -56,6 +58,7 @@ def test_config_default_renders_the_same_with_kubectl_and_python(
     assert {"livenessProbe", "readinessProbe", "resources"} <= set(container)
 
 
+@pytest.mark.oldest_kubernetes
 def test_config_default_applies_with_server_dry_run_then_for_real(
     control_plane: LocalControlPlane, api: clients.Client, installed: None
 ) -> None:

@@ -62,6 +62,7 @@ def children_of(folder: str) -> list[int]:
     return pids
 
 
+@pytest.mark.oldest_kubernetes
 def test_rotator_dev_runs_every_sample_rotates_and_stops_clean(tmp_path: Path) -> None:
     out = tmp_path / "dev.out"
     proc = Proc(

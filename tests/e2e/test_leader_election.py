@@ -6,11 +6,15 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
+
 from controllers.runtime import objects
 from rotator_devkit.controlplane.cluster import free_port
 from tests.support.polling import wait_for
 from tests.support.proc import Proc
 from tests.support.toy_manager import STAMP
+
+pytestmark = pytest.mark.oldest_kubernetes
 
 LEASE_DURATION = 15.0
 RETRY_PERIOD = 2.0

@@ -426,6 +426,7 @@ def test_a_workload_that_has_not_opted_in_is_left_alone_until_its_owner_opts_in(
     print(f"after the owner opted in, then one more change:\n{listing(chain, 'bare')}")
 
 
+@pytest.mark.oldest_kubernetes
 def test_the_crd_refuses_other_kinds_and_names_that_are_not_object_names(
     chain: AWSChain,
 ) -> None:

@@ -117,6 +117,7 @@ def requests_in(log: audit.AuditLog, mark: int, namespace: str) -> list[audit.Re
 # --- names are names ---------------------------------------------------------------------------
 
 
+@pytest.mark.oldest_kubernetes
 @pytest.mark.parametrize(
     ("kind", "spec"),
     [
@@ -144,6 +145,7 @@ def test_dot_segments_and_slashes_are_refused_at_admission(
     assert "DNS-1123 subdomain" in message
 
 
+@pytest.mark.oldest_kubernetes
 def test_names_too_long_for_the_derived_secret_are_refused_at_admission(tenant: Tenant) -> None:
     spec = {"type": "APIKey", "apiKey": {"secretRef": {"name": "key"}}}
     message = invalid(lambda: tenant.chain.create("policy", "p" * 242, spec))

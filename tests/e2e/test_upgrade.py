@@ -64,7 +64,7 @@ from tests.support.controller import (
 from tests.support.polling import wait_for
 from tests.support.proc import REPO
 
-pytestmark = pytest.mark.local_control_plane
+pytestmark = [pytest.mark.local_control_plane, pytest.mark.oldest_kubernetes]
 
 FROM_COMMIT = os.environ.get("ROTATOR_UPGRADE_FROM", "b78643425802bf5da6be91c731c8be7c72a722fb")
 """The earlier version upgraded from: main as the upgrade's fix began."""

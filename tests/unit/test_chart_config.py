@@ -4,15 +4,17 @@ security contexts — once Helm's own labels and annotations are set aside, so t
 drift. The differences are three, all stated here: the Namespace (Helm installs into a release
 namespace that it, not the chart, creates), the PodDisruptionBudget that two replicas bring, and
 the empty leader-election Lease (rendered so that helm uninstall deletes it).
-Also: values.schema.json turns a misspelt or mistyped value away with a message naming it."""
+Also: values.schema.json turns a misspelt or mistyped value away with a message naming it; and the
+chart admits Kubernetes from the oldest version tested on (make test-oldest), no older."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
+import yaml
 
-from tests.support import helm
+from tests.support import helm, kubeversion
 from tests.support.helm import Case, Identity, Render
 
 NS = helm.NAMESPACE
@@ -182,6 +184,19 @@ def test_the_chart_crds_are_config_crd_bases_byte_for_byte() -> None:
         assert (copies / base.name).read_bytes() == base.read_bytes(), (
             f"{copies / base.name} is stale: cp config/crd/bases/*.yaml charts/rotator/files/crds/"
         )
+
+
+def test_the_chart_admits_kubernetes_from_the_oldest_tested_minor_and_the_docs_say_so() -> None:
+    """What is not tested is not claimed: the chart's floor is the minor of the version pinned in
+    hack/controlplane/kubernetes-oldest (the subset make test-oldest runs on it); its server-side
+    dry run there (tests/e2e/test_chart.py) shows the chart admits that version."""
+    oldest = kubeversion.pinned("oldest")
+    minor = ".".join(oldest.split(".")[:2])
+    chart = yaml.safe_load((helm.CHART / "Chart.yaml").read_text())
+    assert chart["kubeVersion"] == f">={minor.removeprefix('v')}.0-0"
+    operations = (helm.REPO / "docs" / "operations.md").read_text()
+    assert f"| {minor} ({oldest}) | yes, tested |" in operations
+    assert f'`kubeVersion: "{chart["kubeVersion"]}"`' in operations
 
 
 def test_the_namespace_label_config_default_sets_is_the_one_the_readme_applies() -> None:
