@@ -430,11 +430,22 @@ class Coordinator:
 
     def _single_leader(self, lease: Body | None, now: float) -> bool:
         """Whether a replica that runs everything under one Lease (``--shards 1``: the Lease
-        named ``--leader-election-id``, today's and earlier releases') may still be working: its
-        Lease has a holder and changed less than its ``leaseDurationSeconds`` ago as seen here
-        (the elector's own rule: a holder that stopped renewing is gone once it stood still that
-        long). A graceful stop releases it (no holder), so a rolling upgrade waits only for the
-        old leader's shutdown; a killed one, for its Lease to expire."""
+        named ``--leader-election-id``, today's and earlier releases') may still be working, or
+        about to: its Lease has a holder and changed less than its ``leaseDurationSeconds`` ago
+        as seen here (the elector's own rule: a holder that stopped renewing is gone once it
+        stood still that long), or it was released less than this replica's lease duration ago.
+
+        Released is not gone: in a rolling upgrade the old leader's graceful stop releases the
+        Lease while another replica of the old release may still run, and that one takes it at
+        its next retry (within 2.2 retry periods) and works on everything again. Shards taken in
+        that gap would be worked on twice at once (the kind suite's upgrade from image A, two
+        replicas of it left, did: a shard holder and the next old leader for 1.2 s). So a
+        released Lease holds the shards back until it has stood still for the lease duration:
+        a rolling upgrade waits that long after the last old replica's graceful stop; a killed
+        one, for its Lease to expire. A release's ``renewTime`` is when it was released, which
+        tells a replica that first sees the Lease how long it has stood still (by the wall
+        clock); a Lease released long before, or never held (the chart renders it empty, without
+        one), holds nothing back."""
         if lease is None:
             self._single = None
             return False
@@ -442,8 +453,15 @@ class Coordinator:
         before = self._single
         observed_at = before[1] if before is not None and before[0] == spec else now
         self._single = (spec, observed_at)
-        duration = float(str(spec.get("leaseDurationSeconds") or self._o.lease_duration))
-        return bool(spec.get("holderIdentity")) and now < observed_at + duration
+        if spec.get("holderIdentity"):
+            duration = float(str(spec.get("leaseDurationSeconds") or self._o.lease_duration))
+            return now < observed_at + duration
+        renewed = spec.get("renewTime")
+        if not isinstance(renewed, str):
+            return False
+        released_at = clocks.parse_rfc3339(renewed)
+        duration = self._o.lease_duration  # the release sets leaseDurationSeconds to 1
+        return now < observed_at + duration and self._clock.now() < released_at + duration
 
     def _holdings(self) -> dict[int, shareplan.Holding | None]:
         """Each shard's Lease as this replica sees it: its own while it holds it (given back or

@@ -15,7 +15,6 @@ Takeover times and the longest overlap are printed (run with ``-s`` to see them)
 from __future__ import annotations
 
 import signal
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -24,7 +23,6 @@ from pathlib import Path
 
 import pytest
 
-from controllers.reconcilers import api as rapi
 from controllers.runtime import client as clients
 from rotator_devkit.controlplane.cluster import LocalControlPlane
 from rotator_devkit.devenv import manifests
@@ -32,6 +30,7 @@ from rotator_devkit.devenv.standins.sts import STSProxy
 from tests.e2e.conftest import ROLE_ARN
 from tests.support.apiproxy import APIProxy, lease_renewals
 from tests.support.chain import AWSChain
+from tests.support.churn import Churn
 from tests.support.controller import ControllerProcess, service_account_kubeconfig
 from tests.support.polling import wait_for
 from tests.support.reconcilelog import Reconcile, logged_at, longest_overlap, reconciles
@@ -40,36 +39,6 @@ from tests.support.reconcilelog import Reconcile, logged_at, longest_overlap, re
 LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD = 15.0, 10.0, 2.0
 EXIT_MARGIN = 1.5  # seconds from giving up to the process being gone, on a loaded test machine
 SLOW = 6.0  # seconds STS hangs in the SIGTERM test
-
-
-class Churn:
-    """Keeps the leader reconciling: annotates a policy every ``every`` seconds (pacing, not
-    synchronisation) from a thread of the test. The annotation is in rotator's prefix: the
-    policy cache keeps only ``rotator.dev/`` annotations (``crviews``), so another tool's
-    annotation changes nothing rotator sees and wakes no reconcile."""
-
-    def __init__(self, api: clients.Client, namespace: str, policy: str, every: float = 0.2):
-        self._api, self._ns, self._policy, self._every = api, namespace, policy, every
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> Churn:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        self._thread.join(5)
-
-    def _run(self) -> None:
-        n = 0
-        while not self._stop.wait(self._every):
-            n += 1
-            patch = {"metadata": {"annotations": {"rotator.dev/test-churn": str(n)}}}
-            try:
-                self._api.patch(rapi.POLICIES, self._policy, patch, namespace=self._ns)
-            except Exception as exc:  # a skipped beat is fine; the test goes on
-                print(f"churn: {exc}")
 
 
 @dataclass
@@ -177,7 +146,7 @@ def test_a_leader_whose_renewals_break_exits_within_the_renew_deadline(
         pa = a.proc
         assert pa is not None
         busy_chain(api, namespace)
-        with Churn(api, namespace, "busy"):
+        with Churn(api, [(namespace, "busy")]):
             since = time.time()
             wait_for(lambda: reconciled_since(a, since), what="a reconciles the churn")
             proxy.fault = fault
@@ -210,7 +179,7 @@ def test_sigterm_during_a_slow_reconcile_hands_over_only_after_it_ended(
     b = replicas.make("b").start(wait_leading=False)
     assert a.proc is not None
     chain = busy_chain(api, namespace)
-    with Churn(api, namespace, "busy"):
+    with Churn(api, [(namespace, "busy")]):
         sts.hang_seconds = SLOW
         sts.set_mode("hang")
         try:
@@ -264,7 +233,7 @@ def test_sigkill_takeover_waits_for_the_lease_to_expire(
     b = replicas.make("b").start(wait_leading=False)
     assert a.proc is not None
     busy_chain(api, namespace)
-    with Churn(api, namespace, "busy"):
+    with Churn(api, [(namespace, "busy")]):
         since = time.time()
         wait_for(lambda: reconciled_since(a, since), what="a reconciles the churn")
         a.proc.kill()

@@ -154,13 +154,18 @@ def sts_calls(calls: Mapping[str, int]) -> int:
     return sum(n for action, n in calls.items() if action.split(".")[-1] == STS_CALL)
 
 
-def wait_all_ready(cluster: Cluster, namespace: str, *, timeout: float, what: str) -> None:
-    """Waits until :func:`not_ready` is empty; fails naming what still is not Ready."""
+def wait_all_ready(cluster: Cluster, *namespaces: str, timeout: float, what: str) -> None:
+    """Waits until :func:`not_ready` is empty in each of ``namespaces``; fails naming what still
+    is not Ready."""
+
+    def waiting() -> list[str]:
+        return [
+            f"{ns}: {w}" if len(namespaces) > 1 else w
+            for ns in namespaces
+            for w in not_ready(cluster, ns)
+        ]
+
     try:
-        wait_for(
-            lambda: not not_ready(cluster, namespace), timeout=timeout, interval=0.5, what=what
-        )
+        wait_for(lambda: not waiting(), timeout=timeout, interval=0.5, what=what)
     except Timeout:
-        raise Timeout(
-            f"{what}: still not Ready after {timeout} s: {not_ready(cluster, namespace)}"
-        ) from None
+        raise Timeout(f"{what}: still not Ready after {timeout} s: {waiting()}") from None

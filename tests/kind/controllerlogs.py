@@ -68,6 +68,14 @@ class ControllerLogs:
     def all_text(self) -> dict[str, str]:
         return {p.name: p.read_text(errors="replace") for p in sorted(self.folder.glob("*.log"))}
 
+    def ended_files(self) -> set[str]:
+        """The files (:meth:`all_text`'s names) whose container incarnation has ended."""
+        return {
+            f"{name}.{restarts}.log"
+            for (name, restarts), p in self._followers.items()
+            if p.poll() is not None
+        }
+
     def ended(self, pod: str) -> bool:
         """Every follower of the Pod has ended (its containers are gone)."""
         mine = [p for (name, _), p in self._followers.items() if name == pod]

@@ -18,7 +18,6 @@ stand-ins' STS exchanges matching the new credentials.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -46,6 +45,7 @@ from tests.kind.controllerlogs import ControllerLogs
 from tests.kind.env import KindEnv
 from tests.kind.history import Credentials
 from tests.kind.watching import Recorder
+from tests.support.churn import Churn
 from tests.support.polling import wait_for
 from tests.support.reconcilelog import Reconcile, entries, logged_at, longest_overlap, reconciles
 
@@ -72,34 +72,6 @@ class Faults:
 
     def sts_calls(self) -> int:
         return sts_calls(self.configured.standins.calls())
-
-
-class Churn:
-    """Keeps the leader reconciling: annotates a policy every ``every`` seconds (pacing, not
-    synchronisation), in rotator's prefix so the policy cache sees it."""
-
-    def __init__(self, cluster: Cluster, namespace: str, policy: str, every: float = 0.2) -> None:
-        self._cluster, self._ns, self._policy, self._every = cluster, namespace, policy, every
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> Churn:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        self._thread.join(5)
-
-    def _run(self) -> None:
-        n = 0
-        while not self._stop.wait(self._every):
-            n += 1
-            patch = {"metadata": {"annotations": {"rotator.dev/test-churn": str(n)}}}
-            try:
-                self._cluster.api.patch(rapi.POLICIES, self._policy, patch, namespace=self._ns)
-            except Exception as exc:  # a skipped beat is fine
-                print(f"churn: {type(exc).__name__}")
 
 
 @pytest.fixture(scope="module")
@@ -221,7 +193,7 @@ def test_deleting_the_leader_pod_hands_over_within_lease_plus_retry_and_work_nev
     leader = settled_leader(cluster, installation, controller_logs)
     held = install.holder(cluster)
     since, calls_before = time.time(), faults.sts_calls()
-    with Churn(cluster, faults.namespace, "busy"):
+    with Churn(cluster.api, [(faults.namespace, "busy")]):
         wait_for(lambda: working_since(controller_logs, leader, since), what="the leader works")
         cluster.kubectl("-n", install.NAMESPACE, "delete", "pod", leader, "--wait=false")
         deleted = time.time()
@@ -327,7 +299,7 @@ def test_sigterm_from_the_kubelet_drains_in_flight_reconciles_releases_the_lease
             cluster.api, PODS, namespace=install.NAMESPACE, label_selector=install.SELECTOR
         ) as pods,
         Recorder(cluster.api, objects.LEASES, namespace=install.NAMESPACE) as lease,
-        Churn(cluster, faults.namespace, "busy"),
+        Churn(cluster.api, [(faults.namespace, "busy")]),
     ):
         wait_for(lambda: working_since(controller_logs, leader, since), what="the leader works")
         with holding_sts(faults) as held_calls:

@@ -1,5 +1,5 @@
-"""rotator installed, tested, upgraded twice and removed with Helm (charts/rotator), on the kind
-cluster (issue 22's e2e-kind half):
+"""rotator installed, tested, upgraded and removed with Helm (charts/rotator), on the kind cluster
+(issue 22's e2e-kind half; issue 34's shards):
 
 * ``helm install`` into the restricted namespace rotator-system, every replica Ready;
 * ``helm upgrade`` from image A (the earlier commit in hack/kind/upgrade-from, installed by
@@ -12,13 +12,22 @@ cluster (issue 22's e2e-kind half):
   due renewal changes it, never with the same config-hash);
 * ``helm test`` passes right after the install, and again against this commit's controller
   after the image upgrade;
+* back on image A (one leader, the earlier commit, which has no shards), the rolling upgrade to
+  this commit's image with 3 replicas and 6 shards (``sharding.shards``): the same zeros, no shard
+  Lease taken before the single leader's Lease was released, and no object reconciled by two
+  replicas at once (every Pod's reconcile log lines, image A's too, while a policy per shard is
+  kept busy); then every chain Ready and new ones made Ready, each reconciled only by the replica
+  that holds its shard, two shards each;
+* a sharded replica's Pod deleted: its two shards held again within the Lease duration plus a
+  retry, nothing minted again or rewritten, no object reconciled by two replicas at once;
 * ``helm uninstall`` leaves nothing the chart rendered, in any revision or as a test hook,
   except the CRDs it keeps, the controller's leader-election Lease included (the chart renders
   it empty, so that the uninstall deletes it: it renders no Namespace to take it along).
 
-The chains: :data:`API_KEY_CHAINS` API-key chains and :data:`STS_CHAINS` STS chains through the
-stand-ins (the ServiceAccount-token flow; 60 s sessions, so renewals that are due happen during
-an upgrade and are told apart from credentials minted again). The chart's ``extraEnv`` carries
+The chains: an API-key chain and an STS chain in each of :data:`SHARDS` namespaces, one in each
+shard (so that every sharded replica serves some), through the stand-ins (the ServiceAccount-token
+flow; 60 s sessions, so renewals that are due happen during an upgrade and are told apart from
+credentials minted again). The chart's ``extraEnv`` carries
 the stand-ins' plain-http AWS endpoints (:data:`STANDIN_ENV`); their CA and the pod identity
 token need a volume, which the chart has no value for, so Azure, OIDC-over-TLS and
 controller-identity chains are not part of this module.
@@ -26,14 +35,17 @@ controller-identity chains are not part of this module.
 The module starts from a cluster without config/default's objects: it asks the suite's
 ``installation`` fixture to remove what the earlier modules installed (as test_upgrade.py does),
 and fails naming any rotator CRD or ClusterRole still there (Helm would refuse to adopt it). It
-leaves none behind: the release, the kept CRDs, the controller's Lease, and rotator-system when it
-made it.
+leaves none behind: the release, the kept CRDs, the controller's Leases (the shards' ones stay
+after ``helm uninstall``, as docs/operations.md says), and rotator-system when it made it.
 """
 
 from __future__ import annotations
 
+import itertools
 import secrets as random
 import time
+import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,7 +53,7 @@ from typing import Any
 import pytest
 
 from controllers.reconcilers import api as rapi
-from controllers.runtime import objects
+from controllers.runtime import objects, sharding
 from tests.kind import install
 from tests.kind.chains import (
     api_key_chain,
@@ -64,15 +76,27 @@ from tests.kind.helmrelease import (
 )
 from tests.kind.history import POLICY_LABEL, ROUTE_LABEL, Credentials, RouteConfigs
 from tests.kind.standins import StandIns
-from tests.kind.watching import Recorder
+from tests.kind.watching import Recorder, Seen
 from tests.support import leaks, required
+from tests.support.churn import Churn
 from tests.support.polling import wait_for
+from tests.support.reconcilelog import (
+    Reconcile,
+    entries,
+    logged_at,
+    object_overlaps,
+    reconciles,
+)
 
 NAMESPACE = install.NAMESPACE
 RESTRICTED = "pod-security.kubernetes.io/enforce"
-API_KEY_CHAINS = 5
-STS_CHAINS = 5
+SHARDS = 6
+SHARDED_REPLICAS = 3
+API_KEY_CHAINS = SHARDS
+STS_CHAINS = SHARDS
+"""One of each in every chain namespace: one namespace per shard."""
 API_KEY_PREFIX = "key"
+STS_PREFIX = "sts"
 STANDIN_ENV = (
     "AWS_ENDPOINT_URL_STS",
     "AWS_ENDPOINT_URL_IAM",
@@ -85,20 +109,31 @@ carry. The rest (``REQUESTS_CA_BUNDLE``, the pod identity token file) name files
 volume the chart cannot mount."""
 BOUNDARY = 2
 """STS exchanges that may fall on the other side of a window's ends from the write they led to."""
+DEBUG: dict[str, Any] = {"logLevel": "debug"}
+"""In every revision: each reconcile's log lines, which the overlap checks read (image A's too)."""
 VALUES_ONLY: dict[str, Any] = {
     "replicas": 3,
     "resources": {"requests": {"cpu": "50m", "memory": "96Mi"}, "limits": {"memory": "384Mi"}},
     "extraArgs": ["--workers=6"],
 }
 """The values-only upgrade: one more replica, other resources, one more flag."""
+SHARDED: dict[str, Any] = {"replicas": SHARDED_REPLICAS, "sharding": {"shards": SHARDS}}
+"""The sharded upgrade's values: 2 shards a replica."""
 LEASE = objects.Resource("coordination.k8s.io", "v1", "leases", "Lease")
+LEASE_DURATION, RETRY_PERIOD = 15.0, 2.0
+"""The chart's (controller-runtime's defaults): each shard's Lease has the single leader's."""
+RETRY_JITTER = 1.2
+"""A retry comes after retry_period * (1 + U(0, 1.2)) at most (the leader elector's, the
+widest; the shard coordinator's rounds are retry_period * U(1, 1.2))."""
+GRACE_PERIOD = 40.0
+"""The chart's terminationGracePeriodSeconds."""
 
 
 @dataclass
 class Helmed:
     release: Release
-    chains: str
-    """The chains' namespace."""
+    namespaces: list[str]
+    """The chains' namespaces, the i-th in shard i of :data:`SHARDS`."""
     base: dict[str, Any]
     """Values every revision has (the stand-ins' endpoints)."""
     api_keys: list[str] = field(default_factory=list)
@@ -110,6 +145,31 @@ class Helmed:
 def values(base: dict[str, Any], image: str, **more: Any) -> dict[str, Any]:
     repository, tag = split_image(image)
     return {**base, "image": {"repository": repository, "tag": tag}, **more}
+
+
+def one_namespace_per_shard(shards: int) -> list[str]:
+    """Names ``kind-helm-<hex>-<n>``, the i-th in shard i (FNV-1a of the name, as the controller
+    and the API server shard), so that chains in them spread over every shard."""
+    token = uuid.uuid4().hex[:6]
+    found: dict[int, str] = {}
+    for n in itertools.count():
+        name = f"kind-helm-{token}-{n}"
+        found.setdefault(sharding.shard_of(name, shards), name)
+        if len(found) == shards:
+            return [found[i] for i in range(shards)]
+    raise AssertionError("unreachable")
+
+
+def chain_docs(namespaces: list[str], keys: list[str], *, suffix: str = "") -> list[dict[str, Any]]:
+    """An STS chain and an API-key chain in each namespace, named after its index (unique across
+    namespaces: the recorded Secrets are told apart by name); ``keys`` gets the API keys."""
+    docs: list[dict[str, Any]] = []
+    for i, namespace in enumerate(namespaces):
+        docs += sts_chains(namespace, 1, prefix=f"{STS_PREFIX}{suffix}-{i}")
+        key = random.token_urlsafe(24)
+        keys.append(key)
+        docs += api_key_chain(namespace, f"{API_KEY_PREFIX}{suffix}-{i}", key)
+    return docs
 
 
 def ensure_restricted_namespace(cluster: Cluster) -> bool:
@@ -137,7 +197,6 @@ def helmed(
     installation: install.Installation,
     controller_logs: ControllerLogs,
     standins: StandIns,
-    namespaces: Callable[[str], str],
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Helmed]:
     installation.remove()  # the earlier modules' config/default, with its namespace
@@ -149,10 +208,14 @@ def helmed(
     made_namespace = ensure_restricted_namespace(cluster)
     release = Release(cluster, NAMESPACE, tmp_path_factory.mktemp("helm"))
     env = [{"name": k, "value": standins.env[k]} for k in STANDIN_ENV if k in standins.env]
-    helmed = Helmed(release, namespaces("helm"), {"extraEnv": env})
+    helmed = Helmed(release, one_namespace_per_shard(SHARDS), {"extraEnv": env, **DEBUG})
+    for name in helmed.namespaces:
+        cluster.create_namespace(name)
     try:
         yield helmed
     finally:
+        # the chains go first, while the controller runs (a policy's finalizer may need it)
+        cluster.delete_namespace(*helmed.namespaces)
         if release.deployed():
             release.uninstall()
         crds = sorted(r.name for r in release.rendered if r.kind == "CustomResourceDefinition")
@@ -161,6 +224,8 @@ def helmed(
                 "delete", "crd", *crds, "--ignore-not-found", "--timeout=120s", timeout=180
             )
         cluster.kubectl("delete", "lease", install.LEASE, "-n", NAMESPACE, "--ignore-not-found")
+        if shard_leases := sharded_leases(cluster):
+            cluster.kubectl("delete", "lease", *shard_leases, "-n", NAMESPACE)
         if made_namespace:
             cluster.delete_namespace(NAMESPACE)
         scanner = leaks.Scanner(
@@ -196,15 +261,11 @@ def installed(
     seconds = time.monotonic() - started
     controller_logs.follow()
 
-    docs = sts_chains(helmed.chains, STS_CHAINS)
+    docs = chain_docs(helmed.namespaces, helmed.api_keys)
     standins.register(policies(docs), [])
-    for i in range(API_KEY_CHAINS):
-        key = random.token_urlsafe(24)
-        helmed.api_keys.append(key)
-        docs += api_key_chain(helmed.chains, f"{API_KEY_PREFIX}-{i:03d}", key)
     started = time.monotonic()
     cluster.apply(docs)
-    wait_all_ready(cluster, helmed.chains, timeout=180, what="the chains Ready")
+    wait_all_ready(cluster, *helmed.namespaces, timeout=180, what="the chains Ready")
     return Installed(seconds, time.monotonic() - started)
 
 
@@ -232,15 +293,28 @@ class Transition:
     relists: int
 
 
-def managed_versions(cluster: Cluster, namespace: str) -> dict[str, tuple[str, dict[str, str]]]:
-    """rotator's Secrets in a namespace: name → (resourceVersion, labels)."""
+def managed_versions(
+    cluster: Cluster, namespaces: list[str]
+) -> dict[str, tuple[str, dict[str, str]]]:
+    """rotator's Secrets in the chains' namespaces: name → (resourceVersion, labels)."""
     found = {}
-    for item in cluster.items(
-        objects.SECRETS, namespace=namespace, label_selector=rapi.MANAGED_SELECTOR
-    ):
-        md = item["metadata"]
-        found[md["name"]] = (str(md["resourceVersion"]), dict(md.get("labels") or {}))
+    for namespace in namespaces:
+        for item in cluster.items(
+            objects.SECRETS, namespace=namespace, label_selector=rapi.MANAGED_SELECTOR
+        ):
+            md = item["metadata"]
+            found[md["name"]] = (str(md["resourceVersion"]), dict(md.get("labels") or {}))
     return found
+
+
+def chain_secrets(cluster: Cluster) -> Recorder:
+    """A recorder of rotator's Secrets in every namespace (one watch for the chains' several;
+    :func:`in_namespaces` keeps theirs: ``helm test``'s chain is in the release namespace)."""
+    return Recorder(cluster.api, objects.SECRETS, label_selector=rapi.MANAGED_SELECTOR)
+
+
+def in_namespaces(events: list[Seen], namespaces: list[str]) -> list[Seen]:
+    return [e for e in events if e.obj["metadata"].get("namespace") in namespaces]
 
 
 def upgrade(
@@ -254,10 +328,8 @@ def upgrade(
     new Pods run and every STS policy has been renewed once by them (a renewal that was due: by
     then the new leader has reconciled every object, which is when a needless mint or rewrite
     would have happened)."""
-    before = managed_versions(cluster, helmed.chains)
-    with Recorder(
-        cluster.api, objects.SECRETS, namespace=helmed.chains, label_selector=rapi.MANAGED_SELECTOR
-    ) as watched:
+    before = managed_versions(cluster, helmed.namespaces)
+    with chain_secrets(cluster) as watched:
         since, calls_before = time.time(), sts_calls(standins.calls())
         started = time.monotonic()
         helmed.release.upgrade(new_values)
@@ -266,15 +338,16 @@ def upgrade(
         controller_logs.follow()
 
         def renewed_by_the_new_pods() -> bool:
-            fresh = Credentials(watched.events()).new_credentials(since=rolled_wall)
+            events = in_namespaces(watched.events(), helmed.namespaces)
+            fresh = Credentials(events).new_credentials(since=rolled_wall)
             return len({c.secret for c in fresh}) >= STS_CHAINS
 
         wait_for(
             renewed_by_the_new_pods, timeout=120, interval=0.5, what="every STS policy renewed"
         )
         until, calls = time.time(), sts_calls(standins.calls()) - calls_before
-        events, relists = watched.events(), watched.relists
-    after = managed_versions(cluster, helmed.chains)
+        events, relists = in_namespaces(watched.events(), helmed.namespaces), watched.relists
+    after = managed_versions(cluster, helmed.namespaces)
     credentials, configs = Credentials(events), RouteConfigs(events)
 
     def policy_of(labels: dict[str, str]) -> str:
@@ -446,11 +519,400 @@ def test_helm_upgrade_of_values_only_mints_nothing_again_and_rewrites_no_route_c
     check(what)
 
 
+def shard_lease(index: int) -> str:
+    return f"{install.LEASE}-shard-{index}-of-{SHARDS}"
+
+
+def sharded_leases(cluster: Cluster) -> list[str]:
+    """The names of the shards' and the replicas' membership Leases in the release namespace."""
+    prefixes = (f"{install.LEASE}-shard-", f"{install.LEASE}-member-")
+    names = (str(lease["metadata"]["name"]) for lease in cluster.items(LEASE, namespace=NAMESPACE))
+    return sorted(n for n in names if n.startswith(prefixes))
+
+
+def holder_of(lease: dict[str, Any]) -> str:
+    return str((lease.get("spec") or {}).get("holderIdentity") or "")
+
+
+def pod_of(identity: str) -> str:
+    """The Pod of a replica's identity (``<hostname>_<8 hex>``; the host name is the Pod's)."""
+    return identity.rsplit("_", 1)[0] if identity else ""
+
+
+def shard_holders(cluster: Cluster) -> dict[int, str]:
+    """Shard → the identity holding its Lease ('' when released or not made yet)."""
+    leases = {
+        lease["metadata"]["name"]: lease for lease in cluster.items(LEASE, namespace=NAMESPACE)
+    }
+    return {i: holder_of(leases.get(shard_lease(i)) or {}) for i in range(SHARDS)}
+
+
+def settled(cluster: Cluster) -> dict[int, str] | None:
+    """Shard → its holder's Pod, once every controller Pod is Ready and the shards are held by
+    them, an equal share each; else None."""
+    pods = install.rolled_out(cluster)
+    if not pods:
+        return None
+    names = {p["metadata"]["name"] for p in pods}
+    holders = {i: pod_of(identity) for i, identity in shard_holders(cluster).items()}
+    share = Counter(holders.values())
+    if set(share) != names or set(share.values()) != {SHARDS // len(names)}:
+        return None
+    return holders
+
+
+def wait_settled(cluster: Cluster, timeout: float = 120) -> dict[int, str]:
+    return wait_for(
+        lambda: settled(cluster),
+        timeout=timeout,
+        interval=0.5,
+        what=f"every shard held, {SHARDS // SHARDED_REPLICAS} by each replica",
+    )
+
+
+def busy(namespaces: list[str], among: list[str] | None = None) -> list[tuple[str, str]]:
+    """The first API-key policy (:func:`chain_docs`) of each of ``among`` (default: all of
+    ``namespaces``, the chains' namespaces): what :class:`Churn` keeps busy."""
+    return [
+        (ns, f"{API_KEY_PREFIX}-{i}")
+        for i, ns in enumerate(namespaces)
+        if among is None or ns in among
+    ]
+
+
+def replica_reconciles(logs: ControllerLogs, namespaces: list[str]) -> dict[str, list[Reconcile]]:
+    """Each controller container incarnation followed this session (its log file's name) → its
+    reconciles of objects in ``namespaces``; one without an end line ran until its log's last
+    line when the container has ended, else until now."""
+    now, ended = time.time(), logs.ended_files()
+    out: dict[str, list[Reconcile]] = {}
+    for name, text in logs.all_text().items():
+        ended_at = max((at for at, _ in entries(text)), default=now) if name in ended else now
+        out[name] = [r for r in reconciles(text, ended_at=ended_at) if r.namespace in namespaces]
+    return out
+
+
+def check_no_object_overlap(
+    logs: ControllerLogs,
+    namespaces: list[str],
+    figure: Callable[..., None],
+    what: str,
+    *,
+    since: float,
+) -> dict[str, list[Reconcile]]:
+    """No object of the chains was reconciled by two containers at once after ``since``, in
+    every controller container's log of the session (image A's single leaders, the sharded
+    replicas, a deleted Pod's)."""
+    by_replica = {
+        name: [r for r in done if r.end >= since]
+        for name, done in replica_reconciles(logs, namespaces).items()
+    }
+    overlaps = object_overlaps(by_replica)
+    figure(
+        f"{what}_overlap",
+        containers_reconciling=sum(1 for done in by_replica.values() if done),
+        reconciles=sum(len(done) for done in by_replica.values()),
+        objects=len({r.object for done in by_replica.values() for r in done}),
+        overlaps=len(overlaps),
+        longest_overlap_seconds=overlaps[0].seconds if overlaps else 0.0,
+    )
+    assert not overlaps, f"objects reconciled by two replicas at once: {overlaps[:5]}"
+    return by_replica
+
+
+@dataclass(frozen=True)
+class Sharded:
+    back: Transition | None
+    """Back on image A, one leader, before the sharded upgrade (None without image A)."""
+    upgrade: Transition
+    since: float
+    """Wall-clock seconds when the way back to image A began."""
+    started: float
+    """Wall-clock seconds when the sharded upgrade began."""
+    leases: list[Seen]
+    """Every version of the release namespace's Leases during it, in the API server's order."""
+    new_pods: set[str]
+
+
+@pytest.fixture(scope="module")
+def sharded(
+    kind_env: KindEnv,
+    cluster: Cluster,
+    helmed: Helmed,
+    installed: Installed,
+    standins: StandIns,
+    controller_logs: ControllerLogs,
+) -> Sharded:
+    """Back on image A (one leader, :data:`SHARDED_REPLICAS` replicas; the earlier revisions ran
+    this commit's), then ``helm upgrade`` to this commit's image with :data:`SHARDED`, while a
+    policy in every shard is kept busy, until the shards have settled."""
+    back, since = None, time.time()
+    if kind_env.image_a:
+        to_a = values(helmed.base, kind_env.image_a, replicas=SHARDED_REPLICAS)
+        back = upgrade(cluster, helmed, standins, controller_logs, to_a)
+    sharded_values = values(helmed.base, kind_env.image, **SHARDED)
+    with (
+        Recorder(cluster.api, LEASE, namespace=NAMESPACE) as leases,
+        Churn(cluster.api, busy(helmed.namespaces), every=0.3),
+    ):
+        started = time.time()
+        what = upgrade(cluster, helmed, standins, controller_logs, sharded_values)
+        wait_settled(cluster)
+        events = leases.events()
+    new_pods = {p["metadata"]["name"] for p in wait_rolled_out(cluster)}
+    return Sharded(back, what, since, started, events, new_pods)
+
+
+def test_helm_upgrade_from_one_leader_to_six_shards_mints_nothing_again_and_never_overlaps(
+    kind_env: KindEnv,
+    cluster: Cluster,
+    helmed: Helmed,
+    sharded: Sharded,
+    controller_logs: ControllerLogs,
+    figure: Callable[..., None],
+) -> None:
+    """The rolling upgrade from one leader (image A: no shards; three replicas, one leading) to
+    three sharded replicas. The new replicas run beside image A's until the Deployment
+    controller has replaced them all, and as image A's leader stops another of its replicas
+    takes the single leader's Lease over; no shard Lease gets a holder until the last one
+    released it and it stood still for the lease duration (the Leases' versions, in the API
+    server's order), and from every Pod's reconciles no object was reconciled by an old leader
+    and a shard holder at once. Then the same zeros as the other upgrades.
+
+    Break: shard holders that start on a released single-leader Lease at once (as first built)
+    took shards between image A's leader's stop and its next replica's election, and held them
+    beside that old leader for 1.2 s: an STS credential of one of those shards was minted again
+    and two policies' reconciles overlapped."""
+    if sharded.back is None:
+        required.missing("no image A: ROTATOR_KIND_IMAGE_A is not set")
+    # a setup step: a downgrade is not promised to write nothing, so it is shown, not checked
+    report(figure, "helm_back_to_image_a", sharded.back, replicas=SHARDED_REPLICAS)
+    single = [(n, e) for n, e in enumerate(sharded.leases) if e.name == install.LEASE]
+    shards = [
+        (n, e)
+        for n, e in enumerate(sharded.leases)
+        if e.name.startswith(f"{install.LEASE}-shard-") and holder_of(e.obj)
+    ]
+    assert single, "the single leader's Lease was seen"
+    assert shards, "shard Leases were taken"
+    last_held = max((n for n, e in single if holder_of(e.obj)), default=-1)
+    released = next((e for n, e in single if n > last_held and not holder_of(e.obj)), None)
+    first_taken: dict[str, Seen] = {}
+    for _, seen in shards:
+        first_taken.setdefault(seen.name, seen)
+    waited = [
+        pod
+        for pod in sharded.new_pods
+        if logged_at(
+            controller_logs.text(pod), "shards.waiting_for_single_leader", after=sharded.started
+        )
+    ]
+    report(
+        figure,
+        "helm_upgrade_to_shards",
+        sharded.upgrade,
+        image_a_commit=kind_env.image_a_commit or "?",
+        replicas=SHARDED_REPLICAS,
+        shards=SHARDS,
+        new_pods_that_waited=len(waited),
+        seconds_upgrade_to_leader_released=(released.at - sharded.started) if released else -1.0,
+        seconds_released_to_every_shard_held=(
+            max(s.at for s in first_taken.values()) - released.at if released else -1.0
+        ),
+    )
+    pods = install.rolled_out(cluster) or []
+    containers = [c for p in pods for c in p["spec"]["containers"]]
+    assert {c["image"] for c in containers} == {kind_env.image}
+    assert all(f"--shards={SHARDS}" in c["args"] for c in containers), "the chart's --shards"
+    assert min(n for n, _ in shards) > last_held, (
+        "a shard Lease was taken while the single leader's Lease had a holder (or before "
+        "another old replica took it again)"
+    )
+    assert released is not None, "the last old leader released the single leader's Lease"
+    # released is not gone until it stood still (another old replica may take it): the shards
+    # wait the lease duration (less the watch's delivery, at most a retry period late)
+    assert min(s.at for s in first_taken.values()) >= released.at + LEASE_DURATION - RETRY_PERIOD
+    assert sorted(first_taken) == sorted(shard_lease(i) for i in range(SHARDS))
+    assert waited, "the new replicas waited for the old leader (shards.waiting_for_single_leader)"
+    check_no_object_overlap(
+        controller_logs, helmed.namespaces, figure, "helm_upgrade_to_shards", since=sharded.since
+    )
+    check(sharded.upgrade)
+
+
+def test_three_replicas_with_six_shards_serve_every_chain_each_object_from_its_shards_holder_only(
+    cluster: Cluster,
+    helmed: Helmed,
+    sharded: Sharded,
+    standins: StandIns,
+    controller_logs: ControllerLogs,
+    figure: Callable[..., None],
+) -> None:
+    """After the upgrade every chain is Ready, two shards each; chains made now (one more of
+    each kind in every shard) become Ready, each of their objects reconciled by the replica
+    holding its namespace's shard and by no other."""
+    holders = wait_settled(cluster)
+    wait_all_ready(cluster, *helmed.namespaces, timeout=60, what="the chains Ready, sharded")
+    docs = chain_docs(helmed.namespaces, helmed.api_keys, suffix="-new")
+    standins.register(policies(docs), [])
+    # Reconcile.object of each (a controller is named after its kind)
+    made = {
+        f"{d['kind'].lower()}:{d['metadata']['namespace']}/{d['metadata']['name']}"
+        for d in docs
+        if d["apiVersion"].startswith(rapi.GROUP)
+    }
+    since, started = time.time(), time.monotonic()
+    cluster.apply(docs)
+    wait_all_ready(cluster, *helmed.namespaces, timeout=120, what="the new chains Ready")
+    seconds = time.monotonic() - started
+    served: dict[str, set[str]] = {}
+    for name, done in replica_reconciles(controller_logs, helmed.namespaces).items():
+        for r in done:
+            if r.start >= since and r.object in made:
+                served.setdefault(r.object, set()).add(name.rsplit(".", 2)[0])
+    wrong = {
+        obj: pods
+        for obj, pods in served.items()
+        if pods != {holders[sharding.shard_of(obj.split(":", 1)[1].split("/")[0], SHARDS)]}
+    }
+    modes = {
+        str(e.get("mode"))
+        for pod in sharded.new_pods
+        for _, e in entries(controller_logs.text(pod))
+        if e.get("event") == "shards.filtering"
+    }
+    figure(
+        "shards_serve_new_chains",
+        replicas=SHARDED_REPLICAS,
+        shards=SHARDS,
+        shards_by_replica=",".join(str(n) for n in sorted(Counter(holders.values()).values())),
+        chains=len(policies(docs)),
+        objects=len(made),
+        seconds_chains_ready=seconds,
+        objects_reconciled=len(served),
+        filtering=",".join(sorted(modes)),
+    )
+    assert set(served) == made, f"new objects never reconciled: {sorted(made - set(served))}"
+    assert not wrong, f"reconciled by other replicas than their shard's holder: {wrong}"
+    assert settled(cluster) == holders, "no shard moved meanwhile"
+
+
+def test_deleting_a_sharded_pod_hands_its_shards_over_within_lease_plus_retry_and_never_overlaps(
+    cluster: Cluster,
+    helmed: Helmed,
+    sharded: Sharded,
+    controller_logs: ControllerLogs,
+    figure: Callable[..., None],
+) -> None:
+    """A replica's Pod deleted (the kubelet's SIGTERM, as a drain or an eviction does) while the
+    policies of its shards are kept busy: each of its shards is held by another replica within
+    the Lease duration plus a retry (it drains and releases them; a survivor or the Pod that
+    replaces it takes them), the replacement gets its share, the new holders adopt the derived
+    Secrets (nothing minted again or rewritten, nothing served expired), and no object was
+    reconciled by two replicas at once."""
+    holders = wait_settled(cluster)
+    victim = holders[0]
+    lost = sorted(i for i, pod in holders.items() if pod == victim)
+    moved = [ns for ns in helmed.namespaces if sharding.shard_of(ns, SHARDS) in lost]
+    bound = LEASE_DURATION + RETRY_PERIOD * (1 + RETRY_JITTER)
+    policies_moved = {
+        f"backendsecuritypolicy:{p['metadata']['name']}"
+        for ns in moved
+        for p in cluster.items(rapi.POLICIES, namespace=ns)
+    }
+
+    def reconciled(pods: set[str], after: float) -> set[str]:
+        """The keys of the moved shards' objects that ``pods`` reconciled to the end since
+        ``after``."""
+        return {
+            r.key
+            for name, done in replica_reconciles(controller_logs, moved).items()
+            if name.rsplit(".", 2)[0] in pods
+            for r in done
+            if r.start > after and r.finished
+        }
+
+    with (
+        chain_secrets(cluster) as secrets,
+        Recorder(cluster.api, LEASE, namespace=NAMESPACE) as leases,
+        Churn(cluster.api, busy(helmed.namespaces, moved)),
+    ):
+        since = time.time()
+        wait_for(
+            lambda: reconciled({victim}, since), timeout=30, what="the Pod works on its shards"
+        )
+        cluster.kubectl("-n", NAMESPACE, "delete", "pod", victim, "--wait=false")
+        deleted = time.time()
+        wait_for(
+            lambda: all(pod_of(shard_holders(cluster)[i]) not in ("", victim) for i in lost),
+            timeout=bound + 5,
+            interval=0.1,
+            what="the deleted Pod's shards held by others",
+        )
+        wait_for(lambda: controller_logs.ended(victim), timeout=GRACE_PERIOD + 10, what="its end")
+        after = wait_settled(cluster, timeout=180)  # the replacement has its share
+        controller_logs.follow()
+        # the new holders' first reconcile of each moved policy: where a re-mint would be
+        wait_for(
+            lambda: reconciled(set(after.values()), deleted) >= policies_moved,
+            timeout=60,
+            what="every policy of the moved shards reconciled by its new holders",
+        )
+        until, lease_events = time.time(), leases.events()
+        events = in_namespaces(secrets.events(), helmed.namespaces)
+        relists = secrets.relists
+
+    def first(index: int, wanted: Callable[[str], bool]) -> float | None:
+        return next(
+            (
+                e.at
+                for e in lease_events
+                if e.name == shard_lease(index) and e.at >= deleted and wanted(holder_of(e.obj))
+            ),
+            None,
+        )
+
+    taken = {i: first(i, lambda h: pod_of(h) not in ("", victim)) for i in lost}
+    released = {i: first(i, lambda h: not h) for i in lost}
+    assert all(t is not None for t in taken.values()), taken
+    takeover = max(t for t in taken.values() if t is not None) - deleted
+    credentials, configs = Credentials(events), RouteConfigs(events)
+    again = credentials.minted_again(since=since)
+    rewrites = credentials.unchanged_rewrites(since=since)
+    expired = credentials.expired_seconds(since=since, until=until)
+    config_rewrites = configs.unchanged_rewrites(since=since)
+    figure(
+        "sharded_pod_deleted",
+        shards_lost=len(lost),
+        seconds_delete_to_released=max(
+            (r - deleted for r in released.values() if r is not None), default=-1.0
+        ),
+        seconds_delete_to_held_by_others=takeover,
+        bound_seconds=bound,
+        new_holders=",".join(sorted({pod_of(after[i]) for i in lost})),
+        new_credentials=len(credentials.new_credentials(since=since)),
+        minted_again=len(again),
+        derived_unchanged_rewrites=len(rewrites),
+        route_config_unchanged_rewrites=len(config_rewrites),
+        expired_seconds=sum(expired.values()),
+        relists=relists,
+    )
+    assert len(lost) == SHARDS // SHARDED_REPLICAS
+    assert takeover <= bound, f"its shards held by others {takeover:.1f} s after the delete"
+    assert not again, f"minted again before due: {again}"
+    assert not rewrites, f"derived Secrets rewritten with the same credential: {rewrites}"
+    assert not config_rewrites, f"route configs rewritten unchanged: {config_rewrites}"
+    assert not expired, f"served credentials expired: {expired}"
+    check_no_object_overlap(
+        controller_logs, helmed.namespaces, figure, "sharded_pod_deleted", since=since
+    )
+
+
 def test_helm_uninstall_leaves_nothing_but_the_kept_crds(
     cluster: Cluster, helmed: Helmed, figure: Any
 ) -> None:
     # the chains go first, while the controller runs (a policy's finalizer may need it)
-    cluster.delete_namespace(helmed.chains)
+    cluster.delete_namespace(*helmed.namespaces)
     rendered = set(helmed.release.rendered)
     assert rendered, "the release rendered objects"
     started = time.monotonic()

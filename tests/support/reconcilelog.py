@@ -2,12 +2,14 @@
 every reconcile logs ``reconcile.started`` and one of :data:`ENDS` with its ``reconcile_id`` and a
 ``timestamp``, which is how the leader tests tell when each replica worked and that two never
 worked at once — host processes' logs (tests/e2e/test_leader_faults.py) and Pods' logs
-(tests/kind) alike."""
+(tests/kind) alike. With shards, replicas work at once by design, each on its own namespaces, so
+what must never overlap is two replicas' reconciles of one object (:func:`object_overlaps`)."""
 
 from __future__ import annotations
 
+import itertools
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -23,6 +25,14 @@ class Reconcile:
     end: float
     finished: bool
     """False: no end line (still running when the log ended: abandoned)."""
+    namespace: str = ""
+    """The reconciled object's namespace ('' for a cluster-scoped one)."""
+
+    @property
+    def object(self) -> str:
+        """``controller:namespace/name``: one object of one controller, in any replica."""
+        controller, _, name = self.key.partition(":")
+        return f"{controller}:{self.namespace}/{name}"
 
 
 def entries(text: str) -> Iterator[tuple[float, dict[str, Any]]]:
@@ -46,19 +56,20 @@ def logged_at(text: str, event: str, *, after: float = 0.0) -> float | None:
 
 def reconciles(text: str, *, ended_at: float) -> list[Reconcile]:
     """Every reconcile in a replica's log; one without an end line ran until ``ended_at``."""
-    starts: dict[str, tuple[str, float]] = {}
+    starts: dict[str, tuple[str, str, float]] = {}
     ends: dict[str, float] = {}
     for at, entry in entries(text):
         rid = entry.get("reconcile_id")
         if not isinstance(rid, str):
             continue
         if entry.get("event") == "reconcile.started":
-            starts[rid] = (f"{entry.get('controller')}:{entry.get('name')}", at)
+            key = f"{entry.get('controller')}:{entry.get('name')}"
+            starts[rid] = (key, str(entry.get("namespace") or ""), at)
         elif entry.get("event") in ENDS:
             ends[rid] = at
     return [
-        Reconcile(key, start, ends.get(rid, ended_at), rid in ends)
-        for rid, (key, start) in starts.items()
+        Reconcile(key, start, ends.get(rid, ended_at), rid in ends, namespace)
+        for rid, (key, namespace, start) in starts.items()
     ]
 
 
@@ -66,3 +77,28 @@ def longest_overlap(a: list[Reconcile], b: list[Reconcile]) -> float:
     """The longest time a reconcile of one replica ran while one of the other's did (≤ 0:
     never)."""
     return max((min(x.end, y.end) - max(x.start, y.start) for x in a for y in b), default=0.0)
+
+
+@dataclass(frozen=True)
+class Overlap:
+    object: str
+    """:attr:`Reconcile.object`."""
+    replicas: tuple[str, str]
+    seconds: float
+
+
+def object_overlaps(by_replica: Mapping[str, Sequence[Reconcile]]) -> list[Overlap]:
+    """Every time two replicas reconciled one object at once (longest first): what the single
+    leader's and each shard's Lease must prevent. Replicas reconciling different objects at once
+    are not counted (sharded replicas do, by design)."""
+    of_object: dict[str, list[tuple[str, Reconcile]]] = {}
+    for replica, done in by_replica.items():
+        for r in done:
+            of_object.setdefault(r.object, []).append((replica, r))
+    found = []
+    for obj, seen in of_object.items():
+        for (a, x), (b, y) in itertools.combinations(seen, 2):
+            seconds = min(x.end, y.end) - max(x.start, y.start)
+            if a != b and seconds > 0:
+                found.append(Overlap(obj, (a, b), seconds))
+    return sorted(found, key=lambda o: -o.seconds)

@@ -220,10 +220,34 @@ def test_nothing_is_taken_while_a_single_leader_may_still_work(world: World) -> 
     assert world.coordinator.held() == list(range(N)), "a Lease that stood still: it is gone"
 
 
-def test_a_released_single_leader_lease_lets_the_shards_start_and_a_new_one_stops_them(
+def test_a_released_single_leader_lease_holds_the_shards_back_until_it_stood_still(
     world: World,
 ) -> None:
+    """A rolling upgrade from two old replicas: the old leader's graceful stop releases the
+    Lease, the other old replica takes it at its next retry; only once the last one released it
+    and it stood still for the lease duration are shards taken."""
     world.lease(ID, "")  # the old leader stopped gracefully: released
+    world.coordinator.tick()
+    assert world.coordinator.held() == [], "another old replica may take it at its next retry"
+    world.clock.advance(3.0)
+    world.lease(ID, "the-other-old-replica")
+    world.coordinator.tick()
+    world.clock.advance(5.0)
+    world.lease(ID, "")  # the last old replica stopped
+    world.coordinator.tick()
+    world.clock.advance(14.0)
+    world.coordinator.tick()
+    assert world.coordinator.held() == [], "released 14 s ago: not yet"
+    world.clock.advance(2.0)
+    world.coordinator.tick()
+    assert world.coordinator.held() == list(range(N))
+
+
+def test_a_lease_released_long_ago_or_never_held_lets_the_shards_start_and_a_new_one_stops_them(
+    world: World,
+) -> None:
+    world.lease(ID, "")  # released, then the replica (a sharded one) started 20 s later
+    world.clock.advance(20.0)
     world.coordinator.tick()
     wait_for(lambda: world.running() == set(range(N)), what="every shard running")
     world.lease(ID, "a-single-leader-again")  # a replica of --shards 1 took it: step aside
@@ -231,6 +255,15 @@ def test_a_released_single_leader_lease_lets_the_shards_start_and_a_new_one_stop
     wait_for(lambda: world.coordinator.held() == [], what="every shard given back")
     assert world.running() == set()
     assert all(world.holder(i) == "" for i in range(N))
+
+
+def test_the_charts_empty_single_leader_lease_holds_nothing_back(world: World) -> None:
+    """A sharded release installed with Helm: the chart renders the Lease without a spec."""
+    path = objects.LEASES.path(namespace=NS, name=ID)
+    with world.transport._lock:
+        world.transport._store(path, {"metadata": {"name": ID, "namespace": NS}})
+    world.coordinator.tick()
+    assert world.coordinator.held() == list(range(N))
 
 
 def test_lease_names() -> None:

@@ -1,18 +1,22 @@
 """The counts the kind suite's "nothing minted again, nothing rewritten" claims rest on
-(tests/kind/history.py), and the rule that turns a broken setup's skip into a failure
+(tests/kind/history.py), its "no object reconciled by two replicas at once" from the reconcile
+logs (tests/support/reconcilelog.py), and the rule that turns a broken setup's skip into a failure
 (tests/support/required.py): pure logic, checked here so that a blind spot shows without a
 cluster. Each test names the deliberate break it fails on."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 
 from controllers.reconcilers import api as rapi
+from controllers.runtime import clock as clocks
 from tests.kind.history import POLICY_LABEL, ROUTE_LABEL, Credentials, RouteConfigs, written
 from tests.kind.watching import Seen
 from tests.support import required
+from tests.support.reconcilelog import object_overlaps, reconciles
 
 
 def derived(version: str, credential: str, issued: str = "2026-01-01T00:00:00Z") -> dict[str, Any]:
@@ -97,3 +101,56 @@ def test_a_missing_part_skips_by_hand_and_fails_where_the_setup_is_complete(
     monkeypatch.setenv(required.COMPLETE, "1")
     with pytest.raises(pytest.fail.Exception, match="no image A"):
         required.missing("no image A")
+
+
+def log(*lines: tuple[float, str, str, str, str]) -> str:
+    """Reconcile log lines: (seconds, event, reconcile id, namespace, name) of the policy
+    controller."""
+    return "\n".join(
+        json.dumps(
+            {
+                "timestamp": f"2026-01-01T00:00:{at:06.3f}Z",
+                "event": event,
+                "reconcile_id": rid,
+                "controller": "backendsecuritypolicy",
+                "namespace": namespace,
+                "name": name,
+            }
+        )
+        for at, event, rid, namespace, name in lines
+    )
+
+
+def test_an_object_reconciled_by_two_replicas_at_once_is_an_overlap_and_two_objects_are_not() -> (
+    None
+):
+    """Break: ``object_overlaps`` keying objects without their namespace (the shards' replicas
+    reconcile ``p`` in ns-1 and ``p`` in ns-2 at once by design), or comparing a replica with
+    itself (what one container logged is one process's; the work queue is the rule there)."""
+    a = log(
+        (1.0, "reconcile.started", "a1", "ns-1", "p"),
+        (3.0, "reconcile.done", "a1", "ns-1", "p"),
+        (2.5, "reconcile.started", "a2", "ns-1", "p"),
+        (4.0, "reconcile.done", "a2", "ns-1", "p"),
+    )
+    b = log(
+        (1.0, "reconcile.started", "b1", "ns-2", "p"),
+        (3.0, "reconcile.done", "b1", "ns-2", "p"),
+        (3.5, "reconcile.started", "b2", "ns-1", "p"),
+        (5.0, "reconcile.done", "b2", "ns-1", "p"),
+    )
+    found = object_overlaps({"a": reconciles(a, ended_at=10.0), "b": reconciles(b, ended_at=10.0)})
+    assert [(o.object, o.replicas) for o in found] == [("backendsecuritypolicy:ns-1/p", ("a", "b"))]
+    assert found[0].seconds == pytest.approx(0.5)
+
+
+def test_a_reconcile_without_an_end_runs_until_the_log_ended() -> None:
+    """Break: a reconcile abandoned at a kill (no end line) left out, so that one running on
+    while the next holder starts would not count."""
+    a = log((1.0, "reconcile.started", "a1", "ns", "p"))
+    b = log((5.0, "reconcile.started", "b1", "ns", "p"), (6.0, "reconcile.done", "b1", "ns", "p"))
+    first = reconciles(a, ended_at=clocks.parse_rfc3339("2026-01-01T00:00:05.5Z"))
+    assert not first[0].finished
+    found = object_overlaps({"a": first, "b": reconciles(b, ended_at=0.0)})
+    assert len(found) == 1
+    assert found[0].seconds == pytest.approx(0.5)
