@@ -12,8 +12,10 @@
 #                 the controller image of this checkout (B, localhost/rotator:e2e), of the commit in
 #                 hack/kind/upgrade-from (A, from a git worktree under the cache; its archive cached
 #                 by commit) and the dev-kit image (localhost/rotator-devkit:e2e), as docker archives;
-#                 then promtool (hack/promtool.sh: built once and cached, for tests/kind/test_alerts.py;
-#                 under .ci/run make test has built it by then, or holds its lock while it does)
+#                 then, without E2E_KIND_CLUSTER_AFTER, promtool (hack/promtool.sh: built once and
+#                 cached; tests/kind/test_alerts.py runs it). With it, make test builds promtool
+#                 before its tests, so the tests stage finds it cached, and no build at nice 19 here
+#                 can hold hack/promtool.sh's lock while make test waits for it.
 #   5. load       the archives into the node (never pulled)
 #   6. tests      .venv/bin/pytest tests/kind "$@" (test_kept_cluster.py runs tests/e2e/test_deploy.py
 #                 through the kubeconfig against the live installation)
@@ -157,7 +159,6 @@ image_a=localhost/rotator:upgrade-from-${commit_a:0:12}
 archive_a=$cache_root/images/rotator-$commit_a.tar
 archive_b=$work/rotator-e2e.tar
 archive_devkit=$work/rotator-devkit-e2e.tar
-promtool_out=$work/promtool.out  # hack/promtool.sh's answer: its last line is the binary
 images() {
   if [[ $(git -C "$checkout_a" rev-parse HEAD 2>/dev/null) != "$commit_a" ]]; then
     git worktree remove --force "$checkout_a" 2>/dev/null || rm -rf "$checkout_a"
@@ -179,9 +180,11 @@ images() {
   t=$SECONDS
   IMAGE=localhost/rotator-devkit:e2e ARCHIVE=$archive_devkit hack/devkit-image.sh >/dev/null
   echo "e2e-kind: dev-kit image (localhost/rotator-devkit:e2e) built in $((SECONDS - t)) s" >&2
-  t=$SECONDS
-  hack/promtool.sh >"$promtool_out"
-  echo "e2e-kind: promtool ($(tail -n 1 "$promtool_out")) ready in $((SECONDS - t)) s" >&2
+  if [[ -z $after ]]; then
+    t=$SECONDS
+    hack/promtool.sh >/dev/null
+    echo "e2e-kind: promtool ready in $((SECONDS - t)) s" >&2
+  fi
 }
 # The images take minutes of pip and buildah and need neither Docker nor the node image, so they
 # are built while those come up (on a fresh machine the node image's Go builds and the images'
@@ -260,11 +263,13 @@ kind_tests() {
     echo "e2e-kind: no tests/kind yet; skipped" >&2
     return 0
   fi
+  local promtool
+  promtool=$(hack/promtool.sh | tail -n 1)  # cached by now (the images job, or make test)
   ROTATOR_KIND_KUBECONFIG=$KIND_KUBECONFIG ROTATOR_KIND_CLUSTER=$KIND_CLUSTER \
     ROTATOR_KIND_IMAGE=localhost/rotator:e2e ROTATOR_KIND_IMAGE_A=$image_a \
     ROTATOR_KIND_IMAGE_A_COMMIT=$commit_a ROTATOR_KIND_CHECKOUT_A=$checkout_a \
     ROTATOR_KIND_DEVKIT_IMAGE=localhost/rotator-devkit:e2e ROTATOR_KIND_KUBECTL=$kubectl \
-    PROMTOOL=$(tail -n 1 "$promtool_out") ROTATOR_TESTS_COMPLETE=1 .venv/bin/pytest tests/kind "$@"
+    PROMTOOL=$promtool ROTATOR_TESTS_COMPLETE=1 .venv/bin/pytest tests/kind "$@"
 }
 stage --bg tests-kind kind_tests "$@"
 echo "e2e-kind: passed" >&2
