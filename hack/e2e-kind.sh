@@ -11,7 +11,11 @@
 #   4. images     (built from the end of stage 1 on, alongside 2 and 3; this stage waits for them)
 #                 the controller image of this checkout (B, localhost/rotator:e2e), of the commit in
 #                 hack/kind/upgrade-from (A, from a git worktree under the cache; its archive cached
-#                 by commit) and the dev-kit image (localhost/rotator-devkit:e2e), as docker archives
+#                 by commit) and the dev-kit image (localhost/rotator-devkit:e2e), as docker archives;
+#                 then, without E2E_KIND_CLUSTER_AFTER, promtool (hack/promtool.sh: built once and
+#                 cached; tests/kind/test_alerts.py runs it). With it, make test builds promtool
+#                 before its tests, so the tests stage finds it cached, and no build at nice 19 here
+#                 can hold hack/promtool.sh's lock while make test waits for it.
 #   5. load       the archives into the node (never pulled)
 #   6. tests      .venv/bin/pytest tests/kind "$@" (test_kept_cluster.py runs tests/e2e/test_deploy.py
 #                 through the kubeconfig against the live installation)
@@ -176,6 +180,11 @@ images() {
   t=$SECONDS
   IMAGE=localhost/rotator-devkit:e2e ARCHIVE=$archive_devkit hack/devkit-image.sh >/dev/null
   echo "e2e-kind: dev-kit image (localhost/rotator-devkit:e2e) built in $((SECONDS - t)) s" >&2
+  if [[ -z $after ]]; then
+    t=$SECONDS
+    hack/promtool.sh >/dev/null
+    echo "e2e-kind: promtool ready in $((SECONDS - t)) s" >&2
+  fi
 }
 # The images take minutes of pip and buildah and need neither Docker nor the node image, so they
 # are built while those come up (on a fresh machine the node image's Go builds and the images'
@@ -254,11 +263,13 @@ kind_tests() {
     echo "e2e-kind: no tests/kind yet; skipped" >&2
     return 0
   fi
+  local promtool
+  promtool=$(hack/promtool.sh | tail -n 1)  # cached by now (the images job, or make test)
   ROTATOR_KIND_KUBECONFIG=$KIND_KUBECONFIG ROTATOR_KIND_CLUSTER=$KIND_CLUSTER \
     ROTATOR_KIND_IMAGE=localhost/rotator:e2e ROTATOR_KIND_IMAGE_A=$image_a \
     ROTATOR_KIND_IMAGE_A_COMMIT=$commit_a ROTATOR_KIND_CHECKOUT_A=$checkout_a \
     ROTATOR_KIND_DEVKIT_IMAGE=localhost/rotator-devkit:e2e ROTATOR_KIND_KUBECTL=$kubectl \
-    ROTATOR_TESTS_COMPLETE=1 .venv/bin/pytest tests/kind "$@"
+    PROMTOOL=$promtool ROTATOR_TESTS_COMPLETE=1 .venv/bin/pytest tests/kind "$@"
 }
 stage --bg tests-kind kind_tests "$@"
 echo "e2e-kind: passed" >&2

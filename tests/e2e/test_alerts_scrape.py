@@ -1,140 +1,49 @@
 """The alerts' expressions against real scrapes of the running controller (``rotator run`` as its
-own process): each scrape's samples become a promtool input series, with the labels a Prometheus
-scrape adds (``job`` as the chart's PrometheusRule selects it, ``instance``, and ``up`` 1), and
-``promtool test rules`` evaluates the chart's rendered expressions on them (promql_expr_test).
-
-promtool's clock starts at 0 and takes one sample a minute: scrape ``i`` of a list is minute ``i``
-(``None``: not scraped; a series missing from a minute after it was seen is stale, as
-Prometheus marks it). So this checks what the expressions say about
-real series, not the alerts' ``for`` durations, which tests/alerts/rotator.test.yaml covers. The
-kind suite has no such test yet: it would run only in the final CI."""
+own process), evaluated by ``promtool test rules`` (tests/support/alertscrape.py says how a
+scrape becomes promtool's input and what the minutes mean). tests/kind/test_alerts.py does the
+refresh-failure case against the Deployment in the kind cluster, scraped through its Service's
+endpoints from a Pod."""
 
 from __future__ import annotations
 
 import contextlib
-import json
 import time
 import uuid
-from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
-from prometheus_client import parser
 
 from controllers.runtime import client as clients
 from controllers.runtime import errors, objects
 from rotator_devkit.devenv import manifests
 from rotator_devkit.devenv.standins.sts import STSProxy
 from tests.e2e.conftest import ROLE_ARN
-from tests.support import backoff, monitoring
+from tests.support import alertscrape, backoff
+from tests.support.alertscrape import JOB, Scrape, alert_expr, counted_more, evaluate, series
 from tests.support.chain import AWSChain
 from tests.support.controller import ControllerProcess
 from tests.support.polling import wait_for
 
-JOB = "rotator-controller-manager-metrics-service"
-"""The job the chart's default selector names (its ServiceMonitor's Service)."""
-Scrape = dict[str, float]
 # The first test to run may build promtool (hack/promtool.sh; minutes cold, shared through its lock
 # with tests/unit/test_alerts.py's worker).
 pytestmark = pytest.mark.timeout(1500)
 
 
 def scrape(
-    controller: ControllerProcess, instance: str, keep: Mapping[str, Mapping[str, str]] = {}
+    controller: ControllerProcess, instance: str, keep: alertscrape.Keep | None = None
 ) -> Scrape:
-    """The controller's /metrics as promtool series (``name{labels}``: value) with Prometheus's
-    target labels, only the series of the metrics the rules read; ``keep`` narrows a metric to
-    the series with those labels (this test's own, not those of other tests' policies)."""
+    """The controller's /metrics as Prometheus stores it from target ``instance``
+    (:func:`tests.support.alertscrape.parse`)."""
     assert controller.proc is not None
     status, text = controller.proc.http(controller.proc.metrics_port, "/metrics")
     assert status == 200, status
-    wanted = monitoring.named_metrics()
-    out: Scrape = {series("up", {"job": JOB, "instance": instance}): 1.0}
-    for family in parser.text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name not in wanted:
-                continue
-            if not keep.get(sample.name, {}).items() <= sample.labels.items():
-                continue
-            labels = {**sample.labels, "job": JOB, "instance": instance}
-            out[series(sample.name, labels)] = float(sample.value)
-    return out
+    return alertscrape.parse(text, {"job": JOB, "instance": instance}, keep)
 
 
 def micro_time(at: float) -> str:
     """A Lease's MicroTime."""
     return datetime.fromtimestamp(at, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def series(name: str, labels: Mapping[str, str]) -> str:
-    return name + "{" + ", ".join(f"{k}={json.dumps(v)}" for k, v in sorted(labels.items())) + "}"
-
-
-def alert_expr(name: str) -> str:
-    (rule,) = [r for r in monitoring.alerts(monitoring.rendered_rules()) if r["alert"] == name]
-    expr: str = rule["expr"]
-    return expr
-
-
-def evaluate(
-    tmp_path: Path, minutes: Sequence[Scrape | None], checks: list[dict[str, Any]]
-) -> None:
-    """``promtool test rules`` of ``checks`` (promql_expr_test entries) on ``minutes``."""
-    keys = sorted({k for m in minutes if m for k in m})
-    input_series = [{"series": k, "values": " ".join(values(k, minutes))} for k in keys]
-    (tmp_path / "none.yaml").write_text("groups: []\n")
-    test = {
-        "rule_files": ["none.yaml"],
-        "evaluation_interval": "1m",
-        "tests": [{"interval": "1m", "input_series": input_series, "promql_expr_test": checks}],
-    }
-    (tmp_path / "scrape.test.yaml").write_text(yaml.safe_dump(test, width=1 << 20))
-    out = monitoring.run_promtool("test", "rules", str(tmp_path / "scrape.test.yaml"))
-    assert out.returncode == 0, out.stdout + out.stderr
-
-
-def values(key: str, minutes: Sequence[Scrape | None]) -> list[str]:
-    """One series' promtool values: its sample, or once it has been seen, ``stale`` where a
-    minute lacks it (Prometheus's staleness marker, written when a series leaves a scrape or its
-    target goes down), ``_`` before."""
-    out: list[str] = []
-    for minute in minutes:
-        if minute is not None and key in minute:
-            out.append(repr(minute[key]))
-        else:
-            out.append("stale" if any(v not in ("_", "stale") for v in out) else "_")
-    return out
-
-
-def failures(scraped: Scrape) -> float:
-    return sum(
-        v for k, v in scraped.items() if k.startswith("rotator_rotations_total{") and "failure" in k
-    )
-
-
-def successes(scraped: Scrape) -> float:
-    return sum(
-        v for k, v in scraped.items() if k.startswith("rotator_rotations_total{") and "success" in k
-    )
-
-
-def succeeded_since(
-    controller: ControllerProcess, before: Scrape, keep: Mapping[str, Mapping[str, str]]
-) -> Scrape | None:
-    """A scrape that counts more successful refreshes than ``before``; else None."""
-    now = scrape(controller, "a", keep)
-    return now if successes(now) > successes(before) else None
-
-
-def failed_since(
-    controller: ControllerProcess, before: Scrape, keep: Mapping[str, Mapping[str, str]]
-) -> Scrape | None:
-    """A scrape that counts more refresh failures than ``before``; else None."""
-    now = scrape(controller, "a", keep)
-    return now if failures(now) > failures(before) else None
 
 
 def test_the_refresh_failure_expression_is_true_while_sts_fails_and_false_after_recovery(
@@ -160,12 +69,12 @@ def test_the_refresh_failure_expression_is_true_while_sts_fails_and_false_after_
         # The window starts with a scrape that counts a failure already (the failure series exist
         # at 0 from the start, but another test's controller may have counted some).
         before = wait_for(
-            lambda: failed_since(controller, healthy, keep),
+            counted_more(lambda: scrape(controller, "a", keep), healthy, "failure"),
             timeout=60,
             what="a failed refresh in /metrics",
         )
         failing = wait_for(
-            lambda: failed_since(controller, before, keep),
+            counted_more(lambda: scrape(controller, "a", keep), before, "failure"),
             timeout=60,
             what="another failed refresh (a retry) in /metrics",
         )
@@ -177,7 +86,7 @@ def test_the_refresh_failure_expression_is_true_while_sts_fails_and_false_after_
     recovered = scrape(controller, "a", keep)
     chain.request_rotation("sa", "alerts-2")
     again = wait_for(
-        lambda: succeeded_since(controller, recovered, keep),
+        counted_more(lambda: scrape(controller, "a", keep), recovered, "success"),
         timeout=60,
         what="a successful refresh after recovery in /metrics",
     )

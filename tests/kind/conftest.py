@@ -5,7 +5,7 @@ by the modules in the order :data:`ORDER` gives, and the stand-ins (tests/kind/s
   the metrics test (3d) use it as is.
 * ``configured``: the same Deployment, with the stand-ins' patch (provider endpoints, the Azure
   CA, the pod-identity token) and debug logs (reconcile lines for the fault tests) — the chain
-  (3b) and fault (3c) modules.
+  (3b), alerts (tests/kind/test_alerts.py), LiteLLM and fault (3c) modules.
 * The upgrade module (3e) removes that installation and installs the earlier commit's, then
   upgrades it; at the end of the session whatever is installed is removed.
 
@@ -38,6 +38,7 @@ ORDER = (
     "test_metrics.py",
     "test_kept_cluster.py",
     "test_chains.py",
+    "test_alerts.py",
     "test_litellm.py",
     "test_faults.py",
     "test_upgrade.py",

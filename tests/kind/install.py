@@ -33,6 +33,22 @@ OVERLAYS = Path(__file__).parent / "manifests"
 ROLLOUT_TIMEOUT = 240.0
 
 
+def reader_binding(name: str, namespace: str, account: str) -> dict[str, Any]:
+    """A ClusterRoleBinding of :data:`READER_ROLE` to a ServiceAccount: what lets a scraper read
+    /metrics (docs/operations.md, "Metrics")."""
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": name},
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "ClusterRole",
+            "name": READER_ROLE,
+        },
+        "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": namespace}],
+    }
+
+
 def render(cluster: Cluster, folder: Path, image: str) -> list[dict[str, Any]]:
     """The kustomization's documents with the controller container's image set to ``image``
     (what ``kustomize edit set image`` does), nothing else changed."""

@@ -85,20 +85,7 @@ def test_metrics_answer_403_to_a_service_account_not_bound_then_200_once_bound(
     token = cluster.token(namespace, "scraper")
     assert scraper.get(stranger)[0] == 403
     assert scraper.get(token)[0] == 403, "not bound yet"
-    cluster.api.create(
-        CLUSTERROLEBINDINGS,
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRoleBinding",
-            "metadata": {"name": BINDING},
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "ClusterRole",
-                "name": install.READER_ROLE,
-            },
-            "subjects": [{"kind": "ServiceAccount", "name": "scraper", "namespace": namespace}],
-        },
-    )
+    cluster.api.create(CLUSTERROLEBINDINGS, install.reader_binding(BINDING, namespace, "scraper"))
     bound = time.monotonic()
 
     def allowed() -> int | None:
