@@ -298,7 +298,7 @@ class Coordinator:
         self._held: dict[int, _Held] = {}
         self._lock = threading.Lock()
         self._members: dict[str, tuple[dict[str, object], float]] = {}
-        self._single: tuple[dict[str, object], float] | None = None
+        self._single: tuple[dict[str, object], float, bool] | None = None
         self._waiting_logged = False
         self._member: leaderelection.LeaderElector | None = None
         self._member_thread: threading.Thread | None = None
@@ -442,26 +442,50 @@ class Coordinator:
         replicas of it left, did: a shard holder and the next old leader for 1.2 s). So a
         released Lease holds the shards back until it has stood still for the lease duration:
         a rolling upgrade waits that long after the last old replica's graceful stop; a killed
-        one, for its Lease to expire. A release's ``renewTime`` is when it was released, which
-        tells a replica that first sees the Lease how long it has stood still (by the wall
-        clock); a Lease released long before, or never held (the chart renders it empty, without
-        one), holds nothing back."""
+        one, for its Lease to expire. Expired is not gone either, for the same reason: a leader
+        killed in a rolling upgrade (SIGKILL, OOM, a node lost) leaves a held Lease that another
+        old replica takes at its next retry once it saw it stand still for its duration, so a held
+        Lease holds the shards back for twice its duration after it last changed as seen here.
+
+        Wall clocks are compared only once, on first sight of a released Lease: its
+        ``renewTime`` is when it was released, and a Lease released more than twice this
+        replica's lease duration before (or never held: the chart renders it empty) holds nothing
+        back, so a sharded replica that restarts long after an upgrade does not wait; any other
+        release holds the shards back for the full duration on this replica's monotonic clock,
+        so a skewed clock shortens nothing (up to a skew of one lease duration, a release is
+        still seen as recent). What no rule here can see is an old replica that starts after
+        the shards did (a rollback, or an old container restarted late): it takes the Lease and
+        the shard holders give their shards back at their next round, as they do for any single
+        leader that appears."""
         if lease is None:
             self._single = None
             return False
         spec: dict[str, object] = dict(lease.get("spec") or {})
         before = self._single
-        observed_at = before[1] if before is not None and before[0] == spec else now
-        self._single = (spec, observed_at)
+        if before is not None and before[0] == spec:
+            _, observed_at, long_ago = before
+        else:
+            observed_at, long_ago = now, self._released_long_ago(spec)
+        self._single = (spec, observed_at, long_ago)
         if spec.get("holderIdentity"):
             duration = float(str(spec.get("leaseDurationSeconds") or self._o.lease_duration))
-            return now < observed_at + duration
+            return now < observed_at + 2 * duration
+        # released (the release sets leaseDurationSeconds to 1: this replica's duration counts)
+        return not long_ago and now < observed_at + self._o.lease_duration
+
+    def _released_long_ago(self, spec: dict[str, object]) -> bool:
+        """Whether a Lease without a holder was released (its ``renewTime``) more than twice
+        this replica's lease duration ago by the wall clock, or never held at all."""
+        if spec.get("holderIdentity"):
+            return False
         renewed = spec.get("renewTime")
         if not isinstance(renewed, str):
+            return True
+        try:
+            released_at = clocks.parse_rfc3339(renewed)
+        except ValueError:  # not a time (the API server validates it): judge it recent
             return False
-        released_at = clocks.parse_rfc3339(renewed)
-        duration = self._o.lease_duration  # the release sets leaseDurationSeconds to 1
-        return now < observed_at + duration and self._clock.now() < released_at + duration
+        return self._clock.now() - released_at > 2 * self._o.lease_duration
 
     def _holdings(self) -> dict[int, shareplan.Holding | None]:
         """Each shard's Lease as this replica sees it: its own while it holds it (given back or

@@ -109,9 +109,10 @@ class World:
             self.log.append(f"release {r.body['metadata']['name']}")
         return None
 
-    def lease(self, name: str, holder: str) -> None:
-        """A Lease held by ``holder``, renewed now (by the fake clock)."""
-        now = clocks.rfc3339(self.clock.now())
+    def lease(self, name: str, holder: str, *, skew: float = 0.0) -> None:
+        """A Lease held by ``holder``, renewed now (by the fake clock, plus ``skew``: the
+        writer's clock against this replica's)."""
+        now = clocks.rfc3339(self.clock.now() + skew)
         spec = {"holderIdentity": holder, "leaseDurationSeconds": 15, "renewTime": now}
         path = objects.LEASES.path(namespace=NS, name=name)
         body = {"metadata": {"name": name, "namespace": NS}, "spec": spec}
@@ -208,16 +209,51 @@ def test_a_lost_shard_whose_reconciles_do_not_stop_ends_the_process() -> None:
 
 def test_nothing_is_taken_while_a_single_leader_may_still_work(world: World) -> None:
     """An upgrade from one leader (--shards 1, the Lease named --leader-election-id): the shards
-    wait until that Lease is released, or stood still for its duration (a killed leader)."""
+    wait until that Lease is released, or stood still for twice its duration (a killed leader:
+    another old replica may take the expired Lease at its next retry)."""
     world.lease(ID, "old-leader")
     world.coordinator.tick()
     assert world.coordinator.held() == []
-    world.clock.advance(14.0)
+    world.clock.advance(16.0)
     world.coordinator.tick()
-    assert world.coordinator.held() == [], "not while the old leader's Lease may be live"
+    assert world.coordinator.held() == [], "expired, but another old replica may take it"
+    world.clock.advance(13.0)
+    world.coordinator.tick()
+    assert world.coordinator.held() == [], "not before twice its duration"
     world.clock.advance(2.0)
     world.coordinator.tick()
-    assert world.coordinator.held() == list(range(N)), "a Lease that stood still: it is gone"
+    assert world.coordinator.held() == list(range(N)), "stood still twice its duration: gone"
+
+
+def test_an_expired_single_leader_lease_taken_by_another_old_replica_holds_the_shards_back(
+    world: World,
+) -> None:
+    """A leader killed in a rolling upgrade: its Lease expires, and another old replica takes it
+    at its next retry (3 s after); the shards wait for that one as they waited for the first."""
+    world.lease(ID, "killed-old-leader")
+    world.coordinator.tick()
+    world.clock.advance(18.0)
+    world.coordinator.tick()
+    world.lease(ID, "the-other-old-replica")
+    world.coordinator.tick()
+    assert world.coordinator.held() == []
+    world.clock.advance(29.0)
+    world.coordinator.tick()
+    assert world.coordinator.held() == [], "the new old leader's Lease is live or just expired"
+
+
+def test_a_release_by_a_clock_behind_this_ones_still_holds_the_full_duration(world: World) -> None:
+    """Released just now by a leader whose clock is 10 s behind this replica's: its renewTime
+    says 10 s ago, yet the shards wait the full lease duration from this replica's first sight
+    (the monotonic clock), not 5 s."""
+    world.lease(ID, "", skew=-10.0)
+    world.coordinator.tick()
+    world.clock.advance(6.0)
+    world.coordinator.tick()
+    assert world.coordinator.held() == [], "a skewed clock shortens nothing"
+    world.clock.advance(10.0)
+    world.coordinator.tick()
+    assert world.coordinator.held() == list(range(N))
 
 
 def test_a_released_single_leader_lease_holds_the_shards_back_until_it_stood_still(
@@ -246,8 +282,8 @@ def test_a_released_single_leader_lease_holds_the_shards_back_until_it_stood_sti
 def test_a_lease_released_long_ago_or_never_held_lets_the_shards_start_and_a_new_one_stops_them(
     world: World,
 ) -> None:
-    world.lease(ID, "")  # released, then the replica (a sharded one) started 20 s later
-    world.clock.advance(20.0)
+    world.lease(ID, "")  # released, then the replica (a sharded one) started 31 s later
+    world.clock.advance(31.0)
     world.coordinator.tick()
     wait_for(lambda: world.running() == set(range(N)), what="every shard running")
     world.lease(ID, "a-single-leader-again")  # a replica of --shards 1 took it: step aside
