@@ -76,6 +76,17 @@ def seconds(value: float) -> str:
     return f"{value:.1f} s" if value < 120 else duration(value)
 
 
+def printable(text: str) -> str:
+    """``text`` with every control character (C0, DEL, C1) written as ``\\xNN`` or
+    ``\\uNNNN``: a value someone else wrote (a Lease's holder, an API error) reaches a terminal
+    as what it says, not as escape sequences or line breaks that could forge another line
+    (kubectl escapes terminal output for the same reason)."""
+    return "".join(
+        c if c.isprintable() or c == " " else c.encode("unicode_escape").decode("ascii")
+        for c in text
+    )
+
+
 def fields(rows: Sequence[tuple[str, str]], *, indent: int = 0) -> list[str]:
     """``label:  value`` lines with the values aligned (``kubectl describe``'s layout); a value
     of several lines goes on under its first."""

@@ -65,7 +65,7 @@ def read(client: apiclient.Lister, where: LeaseOptions) -> Leases:
     except errors.Forbidden:
         return Leases(where, error="forbidden")
     except errors.ApiError as exc:
-        return Leases(where, error=str(exc))
+        return Leases(where, error=humanize.printable(str(exc)))
     return Leases(where, tuple(listed.get("items") or ()))
 
 
@@ -86,7 +86,7 @@ class Candidate:
 
     @property
     def holder(self) -> str:
-        return str((self.spec or {}).get("holderIdentity") or "")
+        return humanize.printable(str((self.spec or {}).get("holderIdentity") or ""))
 
     def renewed_at(self) -> float | None:
         spec = self.spec or {}

@@ -455,6 +455,21 @@ def test_with_shards_the_namespaces_shard_and_its_holder_serve_it() -> None:
     )
 
 
+def test_a_holder_or_an_error_with_control_characters_reaches_the_terminal_escaped() -> None:
+    """Anyone who may update a Lease writes its holder: an escape sequence or a line break in
+    it is printed as text, never as a forged line or a terminal command."""
+    forged = "r_1\x1b]8;;http://evil\x07\nConditions:  Ready True"
+    assert served(lease(LEASE_ID, forged, renewed=-1)) == [
+        f"Served by:  leader r_1\\x1b]8;;http://evil\\x07\\nConditions:  Ready True "
+        f"(Lease {LEASE_ID}), renewed 1s ago"
+    ]
+    fake = memapi.MemAPI()
+    fake.fail(errors.ServerError("down\nSecrets:  forged", status=503, reason="ServiceUnavailable"))
+    assert servedby.read(fake, servedby.LeaseOptions()).error == (
+        "down\\nSecrets:  forged (503 ServiceUnavailable)"
+    )
+
+
 def test_a_lease_is_live_until_its_renew_time_plus_its_duration() -> None:
     clock = clocks.FakeClock(start=NOW)
     held = lease(SHARD_LEASE, "gone_1", renewed=0, duration=15)
