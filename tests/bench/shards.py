@@ -82,6 +82,7 @@ from controllers.runtime import client as clients
 from controllers.runtime import objects, restconfig, sharding
 from controllers.runtime.informer import Informer
 from controllers.runtime.objects import Body, Resource
+from controllers.runtime.shards import shard_lease_name
 from rotator_devkit.controlplane import assets
 from rotator_devkit.controlplane.cluster import ControlPlaneOptions, LocalControlPlane
 from rotator_devkit.devenv import manifests
@@ -184,7 +185,7 @@ def lease_holders(api: clients.Client, shards: int) -> dict[int, str]:
     by_name = {objects.name(lease): lease for lease in listed}
     out = {}
     for i in range(shards):
-        lease = by_name.get(f"{LEASE_ID}-shard-{i}-of-{shards}") or {}
+        lease = by_name.get(shard_lease_name(LEASE_ID, i, shards)) or {}
         out[i] = str((lease.get("spec") or {}).get("holderIdentity") or "")
     return out
 
@@ -218,7 +219,7 @@ class Replica:
             i
             for i in range(setup.shards)
             if self.process.metric(
-                "leader_election_master_status", name=f"{LEASE_ID}-shard-{i}-of-{setup.shards}"
+                "leader_election_master_status", name=shard_lease_name(LEASE_ID, i, setup.shards)
             )
             == 1
         ]

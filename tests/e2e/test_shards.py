@@ -64,7 +64,7 @@ import pytest
 from controllers.reconcilers import api as rapi
 from controllers.runtime import client as clients
 from controllers.runtime import clock as clocks
-from controllers.runtime import objects, restconfig, sharding
+from controllers.runtime import objects, restconfig, sharding, shards
 from rotator_devkit.controlplane import assets
 from rotator_devkit.controlplane.cluster import (
     SERVICE_ACCOUNT_ISSUER,
@@ -216,12 +216,10 @@ def held(replica: Replica) -> float | None:
 def holders(api: clients.Client, lease_id: str) -> dict[int, str]:
     """Shard → the holder of its Lease ("" when free or not yet created)."""
     out = dict.fromkeys(range(SHARDS), "")
-    prefix = f"{lease_id}-shard-"
     for lease in api.list(objects.LEASES, namespace=manifests.NAMESPACE).get("items") or []:
-        name = objects.name(lease)
-        if name.startswith(prefix) and name.endswith(f"-of-{SHARDS}"):
-            index = int(name.removeprefix(prefix).split("-", 1)[0])
-            out[index] = str((lease.get("spec") or {}).get("holderIdentity") or "")
+        parsed = shards.parse_shard_lease(lease_id, objects.name(lease))
+        if parsed is not None and parsed[1] == SHARDS:
+            out[parsed[0]] = str((lease.get("spec") or {}).get("holderIdentity") or "")
     return out
 
 

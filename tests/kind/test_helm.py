@@ -54,6 +54,7 @@ import pytest
 
 from controllers.reconcilers import api as rapi
 from controllers.runtime import objects, sharding
+from controllers.runtime.shards import shard_lease_name
 from tests.kind import install
 from tests.kind.chains import (
     api_key_chain,
@@ -520,7 +521,7 @@ def test_helm_upgrade_of_values_only_mints_nothing_again_and_rewrites_no_route_c
 
 
 def shard_lease(index: int) -> str:
-    return f"{install.LEASE}-shard-{index}-of-{SHARDS}"
+    return shard_lease_name(install.LEASE, index, SHARDS)
 
 
 def sharded_leases(cluster: Cluster) -> list[str]:
