@@ -486,7 +486,7 @@ def _run_sharded(
     """``--shards N`` (N > 1): the shared parts in a manager without controllers or leader
     election, and a shard coordinator that builds the chain's controllers per shard it takes
     (controllers/runtime/shards.py)."""
-    metrics = metric_families.Metrics(prefix="rotator")
+    metrics = metric_families.Metrics(prefix="rotator", sharded=True)
     client = clients.Client(api_client, metrics=metrics.for_requests(api_client.configuration.host))
     options = _manager_options(args, identity, None)  # the shards' Leases are the coordinator's
     clock = clocks.RealClock()

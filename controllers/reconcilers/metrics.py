@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -121,6 +121,14 @@ class CredentialMetrics:
             with contextlib.suppress(KeyError):
                 gauge.remove(*labels)
 
+    def forget_namespaces(self, holds: Callable[[str], bool]) -> None:
+        """The series of every policy in a namespace ``holds`` says yes to go (a shard given
+        up: another replica serves them now)."""
+        with self._lock:
+            gone = [request for request in self._labels if holds(request.namespace)]
+        for request in gone:
+            self.forget(request)
+
     def rotated(self, kind: str, *, ok: bool) -> None:
         self.rotations.labels(kind, "success" if ok else "failure").inc()
 
@@ -165,6 +173,8 @@ class RouteMetrics:
             ["namespace", "route"],
             registry=registry,
         )
+        self._lock = threading.Lock()
+        self._routes: set[tuple[str, str]] = set()  # the pending series' labels
 
     def config_written(self, fmt: str) -> None:
         self.config_writes.labels(fmt).inc()
@@ -173,9 +183,20 @@ class RouteMetrics:
         self.rollouts.labels(kind, ROLLOUT_SUCCESS if ok else ROLLOUT_FAILURE).inc()
 
     def rollout_pending(self, namespace: str, route: str, pending: bool) -> None:
+        with self._lock:
+            self._routes.add((namespace, route))
         self.pending.labels(namespace, route).set(1 if pending else 0)
 
     def forget_route(self, namespace: str, route: str) -> None:
         """The Route is gone, or has no targets: its series goes."""
+        with self._lock:
+            self._routes.discard((namespace, route))
         with contextlib.suppress(KeyError):
             self.pending.remove(namespace, route)
+
+    def forget_namespaces(self, holds: Callable[[str], bool]) -> None:
+        """The series of every Route in a namespace ``holds`` says yes to go (a shard given up)."""
+        with self._lock:
+            gone = [key for key in self._routes if holds(key[0])]
+        for namespace, route in gone:
+            self.forget_route(namespace, route)

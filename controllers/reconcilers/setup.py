@@ -32,7 +32,7 @@ from controllers.reconcilers.route import formats as route_formats
 from controllers.reconcilers.route import wiring as route_wiring
 from controllers.reconcilers.tokens import ServiceAccountTokens
 from controllers.runtime import clock as clocks
-from controllers.runtime.builder import ControllerHost, Wiring
+from controllers.runtime.builder import ControllerHost, ShardHost, Wiring
 from rotator import oidc
 from rotator.providers import azure_endpoints
 from rotator.providers.gcp.endpoints import Endpoints as GCPEndpoints
@@ -144,7 +144,7 @@ def register(
 
 def per_shard(
     mgr: ControllerHost, *, options: ChainOptions | None = None, clock: clocks.Clock | None = None
-) -> Callable[[ControllerHost], tuple[Wiring, ...]]:
+) -> Callable[[ShardHost], tuple[Wiring, ...]]:
     """For a sharded replica (``rotator run --shards N``): the credential sources and metrics
     built once in ``mgr``, and what builds the chain's controllers in each shard it takes."""
     o = options or ChainOptions()
@@ -152,8 +152,8 @@ def per_shard(
     routes = RouteMetrics(mgr.metrics.registry, formats=route_formats.FORMATS)
     by_type = credential_sources(mgr, metrics, o)
 
-    def build(shard: ControllerHost) -> tuple[Wiring, ...]:
-        return register(
+    def build(shard: ShardHost) -> tuple[Wiring, ...]:
+        wiring = register(
             shard,
             options=o,
             by_type=by_type,
@@ -161,5 +161,9 @@ def per_shard(
             credential_metrics=metrics,
             route_metrics=routes,
         )
+        # The shard given up: the series of its objects go (their new holder exports them).
+        shard.on_close(lambda: metrics.forget_namespaces(shard.holds))
+        shard.on_close(lambda: routes.forget_namespaces(shard.holds))
+        return wiring
 
     return build

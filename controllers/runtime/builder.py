@@ -54,6 +54,15 @@ class ControllerHost(Protocol):
     ) -> Controller: ...
 
 
+class ShardHost(ControllerHost, Protocol):
+    """One shard of a sharded replica (:class:`~.shards.Shard`): a :class:`ControllerHost` for
+    the objects of some namespaces, which the replica may give up while it runs on."""
+
+    def holds(self, namespace: str) -> bool: ...
+
+    def on_close(self, callback: Callable[[], None]) -> None: ...
+
+
 Mapper = Callable[[Mapping[str, Any]], Iterable[reconcile.Request]]
 """A changed object → the requests it wakes (old and new, on update)."""
 

@@ -21,6 +21,7 @@ import structlog
 from controllers.runtime import client as clients
 from controllers.runtime import clock as clocks
 from controllers.runtime import errors, metrics, ratelimiting, timers
+from controllers.runtime.metrics import RESULTS
 from controllers.runtime.reconcile import Reconciler, Request, Result, TerminalError
 from controllers.runtime.sources import Source
 
@@ -77,14 +78,15 @@ class Controller:
         # the series of this controller, looked up once: labels() takes a lock and hashes the
         # label values, and every reconcile updates four of them
         m = self._metrics
-        self._active_workers = m.active_workers.labels(name)
-        self._reconcile_time = m.reconcile_time.labels(name)
+        labels = m.controller_labels(name)
+        self._active_workers = m.active_workers.labels(*labels)
+        self._reconcile_time = m.reconcile_time.labels(*labels)
         self._results = {
-            result: m.reconcile_total.labels(name, result)
-            for result in ("success", "error", "requeue", "requeue_after")
+            result: m.reconcile_total.labels(*m.controller_labels(name, result))
+            for result in RESULTS
         }
-        self._errors = m.reconcile_errors.labels(name)
-        self._terminal_errors = m.terminal_errors.labels(name)
+        self._errors = m.reconcile_errors.labels(*labels)
+        self._terminal_errors = m.terminal_errors.labels(*labels)
 
     def watch(self, source: Source) -> None:
         """Adds a source; must be called before :meth:`start`."""
@@ -92,7 +94,7 @@ class Controller:
 
     def start(self) -> None:
         m = self._metrics
-        m.max_concurrent.labels(self.name).set(self._options.workers)
+        m.max_concurrent.labels(*m.controller_labels(self.name)).set(self._options.workers)
         for source in self._sources:
             source.start(self.queue.add)
         for i in range(self._options.workers):

@@ -154,10 +154,12 @@ class Shard:
         informer: InformerOptions | None = None,
     ) -> None:
         self.index = index
-        self._api, self._metrics, self._recorder, self.clock = api, metrics, recorder, clock
-        owned = sharding.ShardFilter((sharding.ranges(shards)[index],))
+        self._api, self._recorder, self.clock = api, recorder, clock
+        self._metrics = metrics.for_shard(index)  # its controllers' series carry shard="<index>"
+        self._owned = sharding.ShardFilter((sharding.ranges(shards)[index],))
+        self._closers: list[Callable[[], None]] = []
         self._cache = caches.Cache(
-            api, namespaces=namespaces, options=informer, clock=clock, shard=owned
+            api, namespaces=namespaces, options=informer, clock=clock, shard=self._owned
         )
         self.scheduler = BackgroundScheduler(
             timezone=UTC, executors={"default": ThreadPoolExecutor(2)}
@@ -183,6 +185,15 @@ class Shard:
     @property
     def recorder(self) -> events.EventRecorder:
         return self._recorder
+
+    def holds(self, namespace: str) -> bool:
+        """Whether the objects of ``namespace`` are this shard's."""
+        return self._owned.holds(namespace)
+
+    def on_close(self, callback: Callable[[], None]) -> None:
+        """``callback`` runs when the shard is given up or lost, after its work stopped: what the
+        replica keeps about the shard's objects beyond the shard (their metric series) goes."""
+        self._closers.append(callback)
 
     def new_controller(
         self,
@@ -239,10 +250,20 @@ class Shard:
         return len(results) == len(threads) and all(results.values())
 
     def close(self) -> None:
-        """Stops the informers and the timers (after :meth:`stop_controllers`)."""
+        """Stops the informers and the timers (after :meth:`stop_controllers`), then drops the
+        shard's series: its controllers' and, through :meth:`on_close`, its objects'. A replica
+        that keeps exporting the expiry of a credential another replica now refreshes would
+        raise RotatorCredentialExpiringSoon once that frozen time came near."""
         if self.scheduler.running:
             self.scheduler.shutdown(wait=False)
         self._cache.stop()
+        for controller in self.controllers:
+            self._metrics.forget_controller(controller.name)
+        for callback in self._closers:
+            try:
+                callback()
+            except Exception:  # one failed cleanup must not keep the Lease from being released
+                log.exception("shards.close_hook_failed", shard=self.index)
 
     def dead_workers(self) -> list[str]:
         return [w for c in self.controllers for w in c.dead_workers()]
@@ -765,6 +786,11 @@ class ShardedManager:
         register: Callable[[Shard], object],
         prefix: str = "rotator",
     ) -> None:
+        if not mgr.metrics.sharded:
+            raise ValueError(
+                "a sharded replica's metrics need Metrics(sharded=True): its controllers' series "
+                "carry a shard label"
+            )
         self._mgr = mgr
         self.options = options
         held = Gauge(

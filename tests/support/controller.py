@@ -152,6 +152,14 @@ class ControllerProcess:
         assert self.proc is not None
         return self.proc.metric(metric_name, **labels)
 
+    def series(self, metric_name: str) -> list[dict[str, str]]:
+        assert self.proc is not None
+        return self.proc.series(metric_name)
+
+    def total(self, metric_name: str, **labels: str) -> float:
+        assert self.proc is not None
+        return self.proc.total(metric_name, **labels)
+
     def _busy(self) -> bool:
         assert self.proc is not None
         _, text = self.proc.http(self.proc.metrics_port, "/metrics")

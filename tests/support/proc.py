@@ -11,6 +11,8 @@ import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
+from prometheus_client import parser
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -59,6 +61,30 @@ class Proc:
             if metric == metric_name and got == wanted:
                 return float(value)
         return None
+
+    def samples(self, metric_name: str) -> list[tuple[dict[str, str], float]]:
+        """Every sample named ``metric_name`` in /metrics (``…_total`` for a counter), with its
+        labels."""
+        _, text = self.http(self.metrics_port, "/metrics")
+        return [
+            (dict(sample.labels), sample.value)
+            for family in parser.text_string_to_metric_families(text)
+            for sample in family.samples
+            if sample.name == metric_name
+        ]
+
+    def series(self, metric_name: str) -> list[dict[str, str]]:
+        """The label sets of :meth:`samples`."""
+        return [labels for labels, _ in self.samples(metric_name)]
+
+    def total(self, metric_name: str, **labels: str) -> float:
+        """The sum of the samples of ``metric_name`` whose labels include ``labels`` (whatever
+        their other labels: a sharded replica's ``shard``, say)."""
+        return sum(
+            value
+            for got, value in self.samples(metric_name)
+            if all(got.get(k) == v for k, v in labels.items())
+        )
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")

@@ -389,12 +389,9 @@ CHAIN_CONTROLLERS = ("backendsecuritypolicy", "route")
 
 
 def reconciles(controller: ControllerProcess, name: str) -> float:
-    """Reconciles controller ``name`` has finished, whatever their result."""
-    results = ("success", "error", "requeue", "requeue_after")
-    return sum(
-        controller.metric("controller_runtime_reconcile_total", controller=name, result=r) or 0
-        for r in results
-    )
+    """Reconciles controller ``name`` has finished, whatever their result (and, in a sharded
+    replica, whichever shard it held them in)."""
+    return controller.total("controller_runtime_reconcile_total", controller=name)
 
 
 def _reconciled(
