@@ -285,6 +285,9 @@ class _Held:
     ready: threading.Event = field(default_factory=threading.Event)
     """Caches synced and controllers started."""
     starter: threading.Thread | None = None
+    forgotten: bool = False
+    """:meth:`Coordinator._forget` ran: the shard closed once (a late second close would remove
+    the series of the same shard taken again since)."""
 
     def halted(self) -> bool:
         """:attr:`stopping`, read again (another thread sets it)."""
@@ -595,10 +598,13 @@ class Coordinator:
         try:
             shard = self._build(held.index)
             with held.lock:
-                if held.stopping:
-                    return
-                held.shard = shard
-                shard.start_cache()
+                given_back = held.stopping
+                if not given_back:
+                    held.shard = shard
+                    shard.start_cache()
+            if given_back:  # built, never run, and no one else will close it: its series go
+                shard.close()
+                return
             deadline = self._clock.monotonic() + self._o.cache_sync_timeout
             while not shard.cache.wait_for_sync(0.5):
                 if held.halted():
@@ -655,9 +661,10 @@ class Coordinator:
         held.stop_renewing.set()
         held.renewing.join(self._o.renew_deadline)  # an attempt in flight is bounded by it
         released = False
-        if not drained:
+        if not drained:  # the process ends; its series stay while reconciles may still set them
             self._fail(f"shard {held.index}: reconciles still running when it was given back")
-        elif not held.renewing.is_alive() and not held.lost:
+            return False
+        if not held.renewing.is_alive() and not held.lost:
             released = held.elector.release()
         self._forget(held, shard)
         self._log.info("shards.given_back", shard=held.index, drained=drained, released=released)
@@ -702,6 +709,10 @@ class Coordinator:
             return held.shard
 
     def _forget(self, held: _Held, shard: Shard | None) -> None:
+        with held.lock:  # once: a loss during a give-back would come here a second time
+            if held.forgotten:
+                return
+            held.forgotten = True
         self._report(self._o.shard_lease(held.index), False)
         if shard is not None:
             shard.close()
@@ -817,7 +828,11 @@ class ShardedManager:
                 namespaces=mgr.options.namespaces,
                 informer=mgr.options.informer,
             )
-            register(shard)
+            try:
+                register(shard)
+            except BaseException:
+                shard.close()  # the controllers built before the failure made series
+                raise
             return shard
 
         self.coordinator = Coordinator(

@@ -660,11 +660,10 @@ def test_scaling_to_one_and_back_hands_shards_over_as_they_are_released(world: W
 
 
 def assert_released_then_taken(moves: list[Change], *, takers: set[str], at_least: int) -> float:
-    """Every holder change among ``moves`` went through an empty holder (released, not
-    expired) and on to one of ``takers``; at least ``at_least`` shards moved. By the Leases' own
-    times (the writers' clocks, one host here): each take came after its release, and before the
-    Lease could have expired since its holder's last renewal — the release handed it over, no one
-    waited for expiry. Returns the longest release → take (a figure, printed by the caller)."""
+    """Every holder change among ``moves`` went through an empty holder (released, not taken
+    on expiry) and on to one of ``takers``, each take after its release by the Leases' own times
+    (the writers' clocks, one host here); at least ``at_least`` shards moved. Returns the longest
+    release → take: a figure, printed by the caller (how soon is a goal, not a bound)."""
     longest = 0.0
     by_shard: dict[int, list[Change]] = defaultdict(list)
     for c in moves:
@@ -676,13 +675,8 @@ def assert_released_then_taken(moves: list[Change], *, takers: set[str], at_leas
             assert take.before == "", f"shard {shard} moved without a release: {take}"
             assert take.after in takers, take
             released = clocks.parse_rfc3339(release.spec["renewTime"])
-            last_renewal = clocks.parse_rfc3339(release.previous_spec["renewTime"])
             acquired = clocks.parse_rfc3339(take.spec["acquireTime"])
             assert acquired >= released, f"shard {shard} taken before its release: {take}"
-            assert acquired < last_renewal + LEASE_DURATION, (
-                f"shard {shard} taken {acquired - last_renewal:.1f} s after its last renewal: "
-                "at expiry, not on its release"
-            )
             longest = max(longest, acquired - released)
         assert seq[0].after == "", f"shard {shard} moved without a release: {seq[0]}"
         assert seq[-1].after in takers, f"shard {shard} left unheld: {seq[-1]}"

@@ -169,3 +169,22 @@ def test_a_sharded_replica_built_with_unsharded_metrics_is_refused() -> None:
             shards.ShardOptions(id="rotator", namespace="ns", identity="me", shards=SHARDS),
             register=lambda s: None,
         )
+
+
+def test_a_shard_whose_setup_failed_leaves_no_series() -> None:
+    """The controllers built before the setup code failed made their series; the shard is
+    closed, so they go (the coordinator gives the shard back)."""
+    mgr = manager(Metrics(sharded=True))
+
+    def failing(s: shards.Shard) -> None:
+        s.new_controller("policy", Nothing())
+        raise RuntimeError("setup failed half-way")
+
+    sharded = shards.ShardedManager(
+        mgr,
+        shards.ShardOptions(id="rotator", namespace="ns", identity="me", shards=SHARDS),
+        register=failing,
+    )
+    with pytest.raises(RuntimeError, match="half-way"):
+        sharded.coordinator._build(2)
+    assert 'shard="2"' not in exposition(mgr.metrics)

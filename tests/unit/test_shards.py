@@ -8,6 +8,7 @@ a lost shard stops its controllers, and the process must end when they do not st
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator
 from typing import cast
 
@@ -78,15 +79,25 @@ class FakeShard:
 
 class World:
     def __init__(
-        self, *, drains: bool = True, filtering: frozenset[str] = frozenset({"client-side"})
+        self,
+        *,
+        drains: bool = True,
+        filtering: frozenset[str] = frozenset({"client-side"}),
+        built: threading.Event | None = None,
     ) -> None:
         self.clock = clocks.FakeClock()
         self.log: list[str] = []
         self.transport = FakeTransport(fault=self._fault)
         self.shards: dict[int, FakeShard] = {}
         self.held = 0
+        self.building: set[int] = set()
 
         def build(index: int) -> shards.Shard:
+            """``built``: each build waits for it (a slow setup), so a shard can be given back
+            while it is still being built."""
+            if built is not None:
+                self.building.add(index)
+                built.wait(10)
             self.shards[index] = FakeShard(index, self.log, drains=drains, filtering=filtering)
             return cast(shards.Shard, self.shards[index])
 
@@ -181,6 +192,9 @@ def test_above_its_share_it_drains_then_releases_the_highest_shards(world: World
             world.log.index(f"release {ID}-shard-{i}-of-6"),
         )
         assert stop < release, "the work stops before the Lease is released"
+        # then the shard closes (its series go), once
+        assert world.log.count(f"close {i}") == 1
+        assert stop < world.log.index(f"close {i}")
     assert world.running() == {0, 1, 2}
     assert world.held == 3
     assert not world.coordinator.fatal.is_set()
@@ -194,6 +208,44 @@ def test_a_lost_shard_stops_its_work_and_keeps_its_lease_unreleased(world: World
     assert world.running() == set()
     assert not any(entry.startswith("release") for entry in world.log)
     assert not world.coordinator.fatal.is_set()
+    for i in range(N):  # stopped, then closed (its series go), once
+        assert world.log.count(f"close {i}") == 1
+        assert world.log.index(f"stop {i}") < world.log.index(f"close {i}")
+
+
+def test_a_shard_given_back_while_it_was_being_built_is_closed_once_built() -> None:
+    """Its controllers made their series when they were built: no one runs it, but it must
+    still be closed, or the replica exports a shard it does not hold for good."""
+    built = threading.Event()
+    w = World(built=built)
+    try:
+        w.coordinator.tick()
+        wait_for(lambda: w.building == set(range(N)), what="every shard being built")
+        w.lease(f"{ID}-member-other", "other")  # a replica joins: 3, 4, 5 go back unbuilt
+        w.coordinator.tick()
+        wait_for(lambda: w.coordinator.held() == [0, 1, 2], what="three given back")
+        built.set()
+        wait_for(lambda: all(f"close {i}" in w.log for i in (3, 4, 5)), what="the three closed")
+        assert w.running() == {0, 1, 2}
+        assert not any(f"cache {i}" in w.log for i in (3, 4, 5)), "never started"
+        assert not any(f"close {i}" in w.log for i in (0, 1, 2))
+    finally:
+        built.set()
+        w.coordinator.shutdown()
+
+
+def test_a_shard_given_back_whose_reconciles_do_not_stop_ends_the_process_unclosed() -> None:
+    """Its reconciles may still set its series: they stay, and the process ends."""
+    w = World(drains=False)
+    try:
+        w.coordinator.tick()
+        wait_for(lambda: w.running() == set(range(N)), what="every shard running")
+        w.lease(f"{ID}-member-other", "other")
+        w.coordinator.tick()
+        assert w.coordinator.fatal.wait(10)
+        assert not any(entry.startswith("close") for entry in w.log)
+    finally:
+        w.coordinator.shutdown()
 
 
 def test_a_lost_shard_whose_reconciles_do_not_stop_ends_the_process() -> None:

@@ -49,6 +49,8 @@ def read_pids(tmp_path: Path) -> list[int]:
 
 
 def test_the_job_and_what_it_started_stop_when_the_caller_is_killed(tmp_path: Path) -> None:
+    """The caller is SIGKILLed and left unreaped (a zombie, as under a parent that does not
+    reap): gone all the same."""
     log = tmp_path / "log"
     with log.open("wb") as out:
         caller = subprocess.Popen(  # like .ci/run: the watchdog is its background job
@@ -61,10 +63,12 @@ def test_the_job_and_what_it_started_stop_when_the_caller_is_killed(tmp_path: Pa
         wait_for(lambda: len(read_pids(tmp_path)) == 2, timeout=10, what="the job's two pids")
         pids = read_pids(tmp_path)
         assert all(alive(p) for p in pids)
-        caller.send_signal(signal.SIGKILL)
-        caller.wait()
+        os.kill(caller.pid, signal.SIGKILL)  # not reaped until the end: a zombie meanwhile
+        wait_for(lambda: _state(caller.pid) == "Z", timeout=10, what="the caller a zombie")
         wait_for(lambda: not any(alive(p) for p in pids), timeout=15, what="the job to be stopped")
     finally:
+        caller.kill()
+        caller.wait()
         with_group_killed(caller.pid)
         for p in read_pids(tmp_path):
             with_pid_killed(p)
@@ -104,12 +108,23 @@ def test_while_the_caller_lives_the_job_runs_to_its_end_and_its_exit_code_is_kep
     assert "stopping" not in done.stderr
 
 
-def test_a_missing_pid_is_a_usage_error() -> None:
+def test_a_missing_pid_is_a_usage_error_and_a_dead_one_is_refused() -> None:
     done = subprocess.run(
         [str(SCRIPT), "true"], capture_output=True, text=True, timeout=10, check=False
     )
     assert done.returncode == 2
     assert "usage:" in done.stderr
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    done = subprocess.run(
+        [str(SCRIPT), str(gone.pid), "true"],
+        capture_output=True,
+        text=True,
+        timeout=10,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert f"no process {gone.pid}" in done.stderr
 
 
 def with_group_killed(pgid: int) -> None:
