@@ -22,7 +22,10 @@
   retry, nothing minted again or rewritten, no object reconciled by two replicas at once;
 * ``helm uninstall`` leaves nothing the chart rendered, in any revision or as a test hook,
   except the CRDs it keeps, the controller's leader-election Lease included (the chart renders
-  it empty, so that the uninstall deletes it: it renders no Namespace to take it along).
+  it empty, so that the uninstall deletes it: it renders no Namespace to take it along);
+* then a fresh ``helm install`` with 3 replicas and 6 shards, as a user starts sharded: two
+  shards each, the sharded PodDisruptionBudget, ``helm test``, and new chains in every shard
+  Ready, each object reconciled by its shard's holder only.
 
 The chains: an API-key chain and an STS chain in each of :data:`SHARDS` namespaces, one in each
 shard (so that every sharded replica serves some), through the stand-ins (the ServiceAccount-token
@@ -622,6 +625,70 @@ def check_no_object_overlap(
 
 
 @dataclass(frozen=True)
+class Served:
+    """Chains applied to a sharded release, and which replicas reconciled their objects."""
+
+    made: set[str]
+    """The chains' rotator objects (``Reconcile.object``: a controller is named after its kind)."""
+    by: dict[str, set[str]]
+    """Each of :attr:`made` reconciled since the apply → the Pods that did."""
+    holders: dict[int, str]
+    chains: int
+    seconds_ready: float
+
+    def check(self) -> None:
+        """Each object reconciled, and by the replica holding its namespace's shard only."""
+        wrong = {
+            obj: pods
+            for obj, pods in self.by.items()
+            if pods != {self.holders[sharding.shard_of(obj.split(":", 1)[1].split("/")[0], SHARDS)]}
+        }
+        never = sorted(self.made - set(self.by))
+        assert not never, f"objects never reconciled: {never}"
+        assert not wrong, f"reconciled by other replicas than their shard's holder: {wrong}"
+
+
+def serve_chains(
+    cluster: Cluster,
+    helmed: Helmed,
+    standins: StandIns,
+    controller_logs: ControllerLogs,
+    holders: dict[int, str],
+    namespaces: list[str],
+    *,
+    suffix: str,
+) -> Served:
+    """An API-key and an STS chain in each of ``namespaces`` (one per shard), applied and waited
+    Ready; then who reconciled them, from every controller container's log."""
+    docs = chain_docs(namespaces, helmed.api_keys, suffix=suffix)
+    standins.register(policies(docs), [])
+    made = {
+        f"{d['kind'].lower()}:{d['metadata']['namespace']}/{d['metadata']['name']}"
+        for d in docs
+        if d["apiVersion"].startswith(rapi.GROUP)
+    }
+    since, started = time.time(), time.monotonic()
+    cluster.apply(docs)
+    wait_all_ready(cluster, *namespaces, timeout=120, what=f"the chains{suffix} Ready")
+    seconds = time.monotonic() - started
+    by: dict[str, set[str]] = {}
+    for name, done in replica_reconciles(controller_logs, namespaces).items():
+        for r in done:
+            if r.start >= since and r.object in made:
+                by.setdefault(r.object, set()).add(name.rsplit(".", 2)[0])
+    return Served(made, by, holders, len(policies(docs)), seconds)
+
+
+def filtering_modes(controller_logs: ControllerLogs, pod: str) -> list[str]:
+    """The filtering modes a Pod's containers logged (``shards.filtering``: once per start)."""
+    return [
+        str(e.get("mode"))
+        for _, e in entries(controller_logs.text(pod))
+        if e.get("event") == "shards.filtering"
+    ]
+
+
+@dataclass(frozen=True)
 class Sharded:
     back: Transition | None
     """Back on image A, one leader, before the sharded upgrade (None without image A)."""
@@ -754,47 +821,22 @@ def test_three_replicas_with_six_shards_serve_every_chain_each_object_from_its_s
     holding its namespace's shard and by no other."""
     holders = wait_settled(cluster)
     wait_all_ready(cluster, *helmed.namespaces, timeout=60, what="the chains Ready, sharded")
-    docs = chain_docs(helmed.namespaces, helmed.api_keys, suffix="-new")
-    standins.register(policies(docs), [])
-    # Reconcile.object of each (a controller is named after its kind)
-    made = {
-        f"{d['kind'].lower()}:{d['metadata']['namespace']}/{d['metadata']['name']}"
-        for d in docs
-        if d["apiVersion"].startswith(rapi.GROUP)
-    }
-    since, started = time.time(), time.monotonic()
-    cluster.apply(docs)
-    wait_all_ready(cluster, *helmed.namespaces, timeout=120, what="the new chains Ready")
-    seconds = time.monotonic() - started
-    served: dict[str, set[str]] = {}
-    for name, done in replica_reconciles(controller_logs, helmed.namespaces).items():
-        for r in done:
-            if r.start >= since and r.object in made:
-                served.setdefault(r.object, set()).add(name.rsplit(".", 2)[0])
-    wrong = {
-        obj: pods
-        for obj, pods in served.items()
-        if pods != {holders[sharding.shard_of(obj.split(":", 1)[1].split("/")[0], SHARDS)]}
-    }
-    modes = {
-        str(e.get("mode"))
-        for pod in sharded.new_pods
-        for _, e in entries(controller_logs.text(pod))
-        if e.get("event") == "shards.filtering"
-    }
+    served = serve_chains(
+        cluster, helmed, standins, controller_logs, holders, helmed.namespaces, suffix="-new"
+    )
+    modes = {mode for pod in sharded.new_pods for mode in filtering_modes(controller_logs, pod)}
     figure(
         "shards_serve_new_chains",
         replicas=SHARDED_REPLICAS,
         shards=SHARDS,
         shards_by_replica=",".join(str(n) for n in sorted(Counter(holders.values()).values())),
-        chains=len(policies(docs)),
-        objects=len(made),
-        seconds_chains_ready=seconds,
-        objects_reconciled=len(served),
+        chains=served.chains,
+        objects=len(served.made),
+        seconds_chains_ready=served.seconds_ready,
+        objects_reconciled=len(served.by),
         filtering=",".join(sorted(modes)),
     )
-    assert set(served) == made, f"new objects never reconciled: {sorted(made - set(served))}"
-    assert not wrong, f"reconciled by other replicas than their shard's holder: {wrong}"
+    served.check()
     assert settled(cluster) == holders, "no shard moved meanwhile"
 
 
@@ -953,3 +995,66 @@ def test_helm_uninstall_leaves_nothing_but_the_kept_crds(
         annotations = left[ref].get("annotations") or {}
         assert annotations.get(KEEP) == "keep", f"{ref} carries {KEEP}: keep"
     assert lease is None, f"the leader-election Lease {NAMESPACE}/{install.LEASE} is left"
+
+
+PDBS = objects.Resource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget")
+
+
+def test_a_fresh_helm_install_of_three_replicas_with_six_shards_serves_every_chain_ready(
+    kind_env: KindEnv,
+    cluster: Cluster,
+    helmed: Helmed,
+    standins: StandIns,
+    controller_logs: ControllerLogs,
+    figure: Callable[..., None],
+) -> None:
+    """``helm install`` with 3 replicas and 6 shards (``sharding.shards``) as a new release, the
+    way a user starts sharded, on the cluster the uninstall above left (the kept CRDs, which Helm
+    adopts again, and the shards' released Leases): every replica Ready and two shards each, the
+    sharded PodDisruptionBudget (``maxUnavailable: 1``), each replica's filtering mode logged
+    once (client-side: kind's API server runs without ``ShardedListAndWatch``), ``helm test``
+    passes, and an API-key and an STS chain in each shard's namespace become Ready, each object
+    reconciled by its shard's holder only."""
+    if helmed.release.deployed():  # run without the uninstall test: start from no release
+        helmed.release.uninstall()
+    namespaces = one_namespace_per_shard(SHARDS)
+    for name in namespaces:
+        cluster.create_namespace(name)
+    try:
+        started = time.monotonic()
+        helmed.release.install(values(helmed.base, kind_env.image, **SHARDED))
+        pods = {p["metadata"]["name"] for p in wait_rolled_out(cluster)}
+        rolled_out = time.monotonic() - started
+        holders = wait_settled(cluster)
+        all_held = time.monotonic() - started
+        controller_logs.follow()
+        served = serve_chains(
+            cluster, helmed, standins, controller_logs, holders, namespaces, suffix="-fresh"
+        )
+        tested = time.monotonic()
+        out = helmed.release.test()
+        tested = time.monotonic() - tested
+        modes = {pod: filtering_modes(controller_logs, pod) for pod in sorted(pods)}
+        pdb = cluster.get(PDBS, install.DEPLOYMENT, NAMESPACE) or {}
+    finally:
+        # the chains go first, while the controller runs (a policy's finalizer may need it)
+        cluster.delete_namespace(*namespaces)
+    figure(
+        "helm_install_sharded",
+        replicas=SHARDED_REPLICAS,
+        shards=SHARDS,
+        seconds_install_to_rolled_out=rolled_out,
+        seconds_install_to_every_shard_held=all_held,
+        chains=served.chains,
+        seconds_chains_ready=served.seconds_ready,
+        objects_reconciled=len(served.by),
+        seconds_helm_test=tested,
+        filtering=",".join(sorted({m for logged in modes.values() for m in logged})),
+    )
+    assert helmed.release.revision() == 1, "a new release"
+    assert set(holders.values()) == pods, "every replica holds shards"
+    assert sorted(Counter(holders.values()).values()) == [2, 2, 2]
+    assert pdb.get("spec", {}).get("maxUnavailable") == 1, pdb.get("spec")
+    assert modes == {pod: ["client-side"] for pod in pods}, modes
+    assert "Succeeded" in out, out
+    served.check()
