@@ -28,7 +28,7 @@ from controllers.reconcilers import api as rapi
 from controllers.runtime import errors, objects
 from tests.kind import install
 from tests.kind.chains import conditions, policies, sts_chains, wait_all_ready
-from tests.kind.cluster import CLUSTERROLEBINDINGS, PODS, Cluster, idle_pod, running
+from tests.kind.cluster import CLUSTERROLEBINDINGS, DEPLOYMENTS, PODS, Cluster, idle_pod, running
 from tests.kind.conftest import Configured
 from tests.kind.env import KindEnv
 from tests.support import backoff
@@ -143,7 +143,7 @@ def scraper(
         wait_for(lambda: running(cluster, namespace, SCRAPER), timeout=90, what="scraper Pod")
         made = Scraper(cluster, namespace, cluster.token(namespace, SCRAPER))
         wait_for(
-            lambda: every_target_answers(made),
+            lambda: every_target_answers(cluster, made),
             timeout=90,
             interval=1.0,
             what="200 from every endpoint of the metrics Service",
@@ -154,10 +154,13 @@ def scraper(
             cluster.api.delete(CLUSTERROLEBINDINGS, BINDING)
 
 
-def every_target_answers(scraper: Scraper) -> bool:
-    """Both replicas' endpoints are ready, and each answers 200."""
+def every_target_answers(cluster: Cluster, scraper: Scraper) -> bool:
+    """Every replica's endpoint is ready (as many as the Deployment asks for), and each answers
+    200."""
+    deployment = cluster.get(DEPLOYMENTS, install.DEPLOYMENT, install.NAMESPACE) or {}
+    replicas = (deployment.get("spec") or {}).get("replicas", 1)
     answers = scraper.answers()
-    return len(answers) == 2 and all(status == 200 for _, status, _ in answers)
+    return len(answers) == replicas and all(status == 200 for _, status, _ in answers)
 
 
 def request_rotation(cluster: Cluster, namespace: str, value: str) -> None:
@@ -242,6 +245,12 @@ def test_the_refresh_failure_expression_is_true_while_sts_fails_and_false_after_
             "exp_samples": [{"labels": group, "value": 1}],
         },
         {"expr": expr, "eval_time": "13m", "exp_samples": []},
+        {  # false with the failure series still scraped, not for want of them
+            "expr": "count by (namespace, type) "
+            '(sum by (namespace, type) (rotator_rotations_total{result="failure"}) > 0)',
+            "eval_time": "13m",
+            "exp_samples": [{"labels": group, "value": 1}],
+        },
         {
             "expr": 'count by (namespace, type) (increase(rotator_rotations_total{result="success"}[10m]) > 0)',
             "eval_time": "13m",
