@@ -699,7 +699,11 @@ class Sharded:
     """Wall-clock seconds when the sharded upgrade began."""
     leases: list[Seen]
     """Every version of the release namespace's Leases during it, in the API server's order."""
+    lease_relists: int
+    """How often that watch had to list again (and may have missed versions)."""
     new_pods: set[str]
+    a_pods: set[str]
+    """Image A's Pods the sharded upgrade replaced (empty without image A)."""
 
 
 @pytest.fixture(scope="module")
@@ -714,10 +718,11 @@ def sharded(
     """Back on image A (one leader, :data:`SHARDED_REPLICAS` replicas; the earlier revisions ran
     this commit's), then ``helm upgrade`` to this commit's image with :data:`SHARDED`, while a
     policy in every shard is kept busy, until the shards have settled."""
-    back, since = None, time.time()
+    back, since, a_pods = None, time.time(), set()
     if kind_env.image_a:
         to_a = values(helmed.base, kind_env.image_a, replicas=SHARDED_REPLICAS)
         back = upgrade(cluster, helmed, standins, controller_logs, to_a)
+        a_pods = {p["metadata"]["name"] for p in wait_rolled_out(cluster)}
     sharded_values = values(helmed.base, kind_env.image, **SHARDED)
     with (
         Recorder(cluster.api, LEASE, namespace=NAMESPACE) as leases,
@@ -726,9 +731,9 @@ def sharded(
         started = time.time()
         what = upgrade(cluster, helmed, standins, controller_logs, sharded_values)
         wait_settled(cluster)
-        events = leases.events()
+        events, relists = leases.events(), leases.relists
     new_pods = {p["metadata"]["name"] for p in wait_rolled_out(cluster)}
-    return Sharded(back, what, since, started, events, new_pods)
+    return Sharded(back, what, since, started, events, relists, new_pods, a_pods)
 
 
 def test_helm_upgrade_from_one_leader_to_six_shards_mints_nothing_again_and_never_overlaps(
@@ -802,9 +807,22 @@ def test_helm_upgrade_from_one_leader_to_six_shards_mints_nothing_again_and_neve
     assert min(s.at for s in first_taken.values()) >= released.at + LEASE_DURATION - RETRY_PERIOD
     assert sorted(first_taken) == sorted(shard_lease(i) for i in range(SHARDS))
     assert waited, "the new replicas waited for the old leader (shards.waiting_for_single_leader)"
-    check_no_object_overlap(
+    assert not sharded.lease_relists, "the Lease watch missed no version (it never listed again)"
+    by_container = check_no_object_overlap(
         controller_logs, helmed.namespaces, figure, "helm_upgrade_to_shards", since=sharded.since
     )
+
+    def reconciled_during_the_upgrade(pods: set[str]) -> bool:
+        return any(
+            r.end >= sharded.started
+            for name, done in by_container.items()
+            if name.rsplit(".", 2)[0] in pods
+            for r in done
+        )
+
+    # the overlap check saw both sides of the handover it is about
+    assert reconciled_during_the_upgrade(sharded.a_pods), "image A's Pods reconciled meanwhile"
+    assert reconciled_during_the_upgrade(sharded.new_pods), "the sharded Pods reconciled"
     check(sharded.upgrade)
 
 
