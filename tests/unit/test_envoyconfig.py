@@ -114,12 +114,12 @@ def envoy_binary() -> str | None:
 def validate(rendered: base.Rendered, tmp: Path) -> None:
     """``envoy --mode validate`` of the files with listeners and clusters inlined as static
     resources (validation does not load file-based LDS and CDS, so they are given to it whole),
-    in a folder holding every file, as Envoy's working directory would."""
+    in a folder laid out as the kubelet lays out the mounted Secret (``cds.yaml`` reads the
+    credential files through ``..data``), as Envoy's working directory would be."""
     binary = envoy_binary()
     if binary is None:
         required.missing("envoy not installed (the dev kit's gateway extra)")
-    for name, text in rendered.data().items():
-        (tmp / name).write_text(text)
+    AtomicWriter(tmp).write({k: v.encode() for k, v in rendered.data().items()})
     static = {
         "node": {"id": "validate", "cluster": "validate"},
         "static_resources": {
@@ -247,8 +247,8 @@ def test_a_header_credential_is_injected_from_its_own_file_and_the_path_is_the_t
     generic = injector["credential"]["typed_config"]
     assert (generic["header"], injector["overwrite"]) == (header, True)
     path = generic["credential"]["sds_config"]["path_config_source"]["path"]
-    assert path == "sds-x.yaml"
-    sds = yaml.safe_load(rendered.files[path])["resources"][0]
+    assert path == "..data/sds-x.yaml"  # the version the swap published (its link may come later)
+    sds = yaml.safe_load(rendered.files["sds-x.yaml"])["resources"][0]
     assert sds["generic_secret"]["secret"]["inline_string"] == value
     validate(rendered, tmp_path)
 
@@ -264,7 +264,7 @@ def test_aws_session_credentials_sign_with_sigv4_from_their_file_and_nothing_els
     provider = signing["credential_provider"]
     assert provider["custom_credential_provider_chain"] is True  # never Envoy's own identity
     source = provider["credentials_file_provider"]["credentials_data_source"]
-    assert source == {"filename": "aws-br.credentials", "watched_directory": {"path": "."}}
+    assert source == {"filename": "..data/aws-br.credentials", "watched_directory": {"path": "."}}
     assert rendered.files["aws-br.credentials"] == (
         "[default]\naws_access_key_id = AKIATEST\naws_secret_access_key = s3cr3t-never-shown\n"
         "aws_session_token = tok-never-shown\n"
@@ -695,7 +695,13 @@ def test_hashed_file_names_never_meet_a_real_backends_name() -> None:
 
 def test_adding_a_backend_to_a_running_envoy_routes_to_it(tmp_path: Path) -> None:
     """Live: a Route edited to add a rule for a new backend, laid out as the kubelet does, takes
-    effect in the running Envoy (with cluster validation on, Envoy kept the old routes)."""
+    effect in the running Envoy (with cluster validation on, Envoy kept the old routes).
+
+    The writer is held after the ``..data`` rename until Envoy has tried the cluster update, as
+    a kubelet slower than Envoy is: the new backend's credential file has no top-level link yet.
+    Broken by naming the credential files at the top level (as first built): Envoy refused the
+    update (``'sds-b.yaml' does not exist``) and answered 503 for the new backend until the next
+    swap (seen under load in CI, with the writer not held)."""
     echo = Echo()
     try:
         port = free_port()
@@ -715,7 +721,27 @@ def test_adding_a_backend_to_a_running_envoy_routes_to_it(tmp_path: Path) -> Non
                 [model("b", ("b", 1, 0)), {"backendRefs": refs(("a", 1, 0))}],
                 envoy={"address": "127.0.0.1", "port": port},
             )
-            writer.write({k: v.encode() for k, v in envoy.render(second, backends).data().items()})
+            cds = "cluster_manager.cds."
+
+            def outcomes() -> int:
+                """The cluster updates Envoy applied or refused."""
+                found = proxy.stats(cds)
+                return found.get(cds + "update_success", 0) + found.get(cds + "update_rejected", 0)
+
+            tried = outcomes()
+
+            def envoy_tried_the_clusters() -> None:
+                wait_for(
+                    lambda: outcomes() > tried,
+                    timeout=30,
+                    what="Envoy's cluster update on the rename",
+                )
+
+            data = envoy.render(second, backends).data()
+            writer.write(
+                {k: v.encode() for k, v in data.items()}, after_swap=envoy_tried_the_clusters
+            )
+            assert proxy.stats(cds + "update_rejected").get(cds + "update_rejected", 0) == 0
             assert wait_for(lambda: echo.ask(port, "b") == "Bearer key-b", timeout=30)
             assert echo.ask(port, "other") == "Bearer key-a"
             assert proxy.pid == pid

@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 import secrets
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 DATA = "..data"
@@ -60,9 +60,15 @@ class AtomicWriter:
         except FileNotFoundError:
             return None
 
-    def write(self, data: Mapping[str, bytes]) -> bool:
+    def write(
+        self, data: Mapping[str, bytes], *, after_swap: Callable[[], None] | None = None
+    ) -> bool:
         """Projects ``data`` as the new version; True when anything changed on disk, False when
-        ``data`` equals the version there (nothing is written, as by the kubelet)."""
+        ``data`` equals the version there (nothing is written, as by the kubelet).
+
+        ``after_swap`` runs between the rename of ``..data`` and the links of new keys: the
+        moment a reader woken by the rename may read, before a new key has its top-level name
+        (a test holds the writer there, to see what a slow kubelet would show)."""
         for key in data:
             validate_key(key)
         old = self.current()
@@ -79,6 +85,8 @@ class AtomicWriter:
         tmp.unlink(missing_ok=True)  # a link left by a write that failed half-way
         tmp.symlink_to(version.name)
         tmp.rename(self.target / DATA)  # rename(2): atomic, over the old link
+        if after_swap is not None:
+            after_swap()
         for key in data:
             link = self.target / key
             if not link.is_symlink():

@@ -17,7 +17,12 @@ path in the configuration is relative to it):
   ``envoy.filters.http.credential_injector`` puts in the policy's header (an API key, or an Azure
   or Google access token as ``Authorization: Bearer``); ``aws-<backend>.credentials``, an AWS
   credentials file the cluster's ``envoy.filters.http.aws_request_signing`` signs with (SigV4,
-  with the session token), watched the same way.
+  with the session token), watched the same way. ``cds.yaml`` names them through ``..data/``
+  (:data:`VERSION_LINK`), the version the rename installed: the kubelet links a new key's
+  top-level name only after the rename, and Envoy reads ``cds.yaml`` on the rename, so a new
+  backend's file named at the top level may not exist yet — Envoy then refuses the whole
+  cluster update (``paths must refer to an existing path``) and waits for the next swap, which for
+  an API key may never come (seen under load: the new backend answered 503).
 
 How a request is routed (checked against the envoy 1.40.0 binary, not only its docs):
 
@@ -83,8 +88,9 @@ from controllers.reconcilers.route.formats.base import (
 FORMAT = "Envoy"
 """``spec.output.format`` of a Route rendered by this module."""
 
-RENDER_REVISION = 1
-"""As :data:`.own.RENDER_REVISION`, for this format."""
+RENDER_REVISION = 2
+"""As :data:`.own.RENDER_REVISION`, for this format (2: credential files named through
+:data:`VERSION_LINK`)."""
 
 BOOTSTRAP = api.ROUTE_CONFIG_KEY
 """The bootstrap's key: ``config.yaml``, the key every format's configuration has."""
@@ -92,6 +98,9 @@ LISTENERS = "lds.yaml"
 CLUSTERS = "cds.yaml"
 WATCHED = {"path": "."}
 """``watched_directory`` of every file: Envoy's working directory, the mounted Secret."""
+VERSION_LINK = "..data"
+"""The link a Secret (or ConfigMap) volume swaps by a rename to publish a version, before it links
+the top-level names of new keys: ``cds.yaml`` reads credential files through it."""
 
 DEFAULT_ADDRESS = "0.0.0.0"  # noqa: S104 - the gateway's listener, in its Pod
 DEFAULT_PORT = 10000
@@ -536,7 +545,7 @@ def _credential(
                     "name": "envoy.http.injected_credentials.generic",
                     "typed_config": {
                         "@type": _TYPE + "extensions.http.injected_credentials.generic.v3.Generic",
-                        "credential": {"name": name, "sds_config": _watched(sds)},
+                        "credential": {"name": name, "sds_config": _watched(_published(sds))},
                         "header": header_name,
                     },
                 },
@@ -588,7 +597,10 @@ def _aws(
                     "custom_credential_provider_chain": True,
                     "credentials_file_provider": {
                         "profile": "default",
-                        "credentials_data_source": {"filename": file, "watched_directory": WATCHED},
+                        "credentials_data_source": {
+                            "filename": _published(file),
+                            "watched_directory": WATCHED,
+                        },
                     },
                 },
             },
@@ -611,6 +623,11 @@ def credential_files(backend: str) -> tuple[str, str]:
     """The keys a backend's credential can be written under (its SDS file, its AWS credentials
     file): what a rotation of its policy changes, for a consumer that reports rotations."""
     return _file_name("sds-", backend, ".yaml"), _file_name("aws-", backend, ".credentials")
+
+
+def _published(key: str) -> str:
+    """The path of ``key`` in the version the last swap published (:data:`VERSION_LINK`)."""
+    return f"{VERSION_LINK}/{key}"
 
 
 def _watched(path: str) -> dict[str, Any]:
