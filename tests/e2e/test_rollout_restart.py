@@ -407,7 +407,15 @@ def test_a_workload_that_has_not_opted_in_is_left_alone_until_its_owner_opts_in(
     )
     bare = wait_for(lambda: synced(chain, "bare", 3), what="the retry rolling it out")
     assert template_hash(bare) == second
-    assert resyncing.metric("rotator_route_rollouts_pending", **pending) == 0.0
+    # 0 once the cache shows the reconcile that rolled it out: a resync that reads the Route
+    # before that status write reached the informer sees the last attempt incomplete and waits
+    # the debounce window with the gauge at 1, until the status event reconciles it again (read
+    # from the code after CI under load saw 1 here once)
+    wait_for(
+        lambda: resyncing.metric("rotator_route_rollouts_pending", **pending) == 0.0,
+        timeout=30,
+        what="rotator_route_rollouts_pending back to 0",
+    )
     assert synced(chain, "gateway", 2), "the others not again"
 
     chain.secret("key", apiKey="sk-rollout-0000000003")
