@@ -94,7 +94,11 @@ SHARDS, REPLICAS = 6, 3
 NAMESPACES, API_KEYS_PER_NAMESPACE, STS_PER_NAMESPACE = 60, 4, 1
 """300 chains in each mode: 240 API-key chains and 60 STS chains."""
 SESSION_SECONDS = 60
-LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD = 8.0, 6.0, 1.5
+LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD = 15.0, 10.0, 2.0
+"""As deployed (the chart's, controller-runtime's defaults). Shorter (8, 6, 1.5) made the module
+quicker, but a CI run whose image builds stalled the API server for over 6 s saw all three
+replicas lose a shard past the renew deadline at once and exit (``shards.fatal``, as they must:
+its reconciles did not stop within 1 s); a Deployment restarts them, this module does not."""
 TICK = RETRY_PERIOD * 1.2
 """The longest wait between two rounds of a replica's coordinator (jittered up to +20 %)."""
 SETTLE = 10 * LEASE_DURATION
