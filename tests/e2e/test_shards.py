@@ -27,13 +27,14 @@ the module's own:
   stand-in minted, at the session's end: tests/e2e/conftest.py).
 
 The Lease history comes from a watch of the Leases; the module's figures (takeover times, how
-long each mode took) are printed (``-s``). Short Leases (8 s / 6 s / 1.5 s) keep it short; every
-bound is derived from them. The session's shared controller (another control plane) is not
-involved.
+long each mode took) are printed (``-s``). The Leases are timed as deployed (15 s / 10 s / 2 s:
+:data:`LEASE_DURATION`); every bound is derived from them. The session's shared controller
+(another control plane) is not involved.
 
-Wall time, both modes with 300 chains each, on the 2-core development machine while other test
-runs loaded it (load average 12-16): 140 s in all, about 70 s a mode, of which some 45 s build
-and serve the chains (``pytest tests/e2e/test_shards.py -s`` prints each mode's figures).
+Wall time, both modes with 300 chains each, on the quiet 2-core development machine: 125 s in
+all, about 60 s a mode, of which some 28 s start the control plane and build and serve the
+chains and 17 s the SIGKILL takeover (``pytest tests/e2e/test_shards.py -s`` prints each mode's
+figures).
 
 Breaks that fail it (each tried by hand): a replica that keeps every object its lists return
 (no client-side filter, gate off: the replicas fight over every object and lose their Leases);
