@@ -54,7 +54,7 @@ import signal
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -443,9 +443,13 @@ def build_namespace(api: clients.Client, ns: str, index: int) -> set[str]:
     return chain.secret_values
 
 
+def chains_in(namespaces: Collection[str]) -> int:
+    return len(namespaces) * (API_KEYS_PER_NAMESPACE + STS_PER_NAMESPACE)
+
+
 def all_served(api: clients.Client, namespaces: list[str]) -> bool:
     """Every policy Ready and every route's references resolved (two lists)."""
-    chains = len(namespaces) * (API_KEYS_PER_NAMESPACE + STS_PER_NAMESPACE)
+    chains = chains_in(namespaces)
     return served(api, namespaces) == (chains, chains)
 
 
@@ -512,18 +516,17 @@ def world(
                 api_keys = set().union(*written)
             try:
                 wait_for(lambda: all_served(api, world.namespaces), timeout=SLOW, interval=1)
-            except Timeout:
+            except Timeout as exc:
                 ready, resolved = served(api, world.namespaces)
                 raise Timeout(
                     f"every chain served: after {SLOW:g} s, {ready} policies Ready and "
-                    f"{resolved} routes resolved of "
-                    f"{len(world.namespaces) * (API_KEYS_PER_NAMESPACE + STS_PER_NAMESPACE)}; "
-                    f"replica logs in {world.workdir}"
-                ) from None
+                    f"{resolved} routes resolved of {chains_in(world.namespaces)}; replica logs "
+                    f"in {world.workdir} ({exc})"
+                ) from exc
             world.api_key_hashes = api_key_hashes(api, world.namespaces)
             assert len(world.api_key_hashes) == len(world.namespaces) * API_KEYS_PER_NAMESPACE
             print(
-                f"\n{mode}: {len(world.namespaces) * (API_KEYS_PER_NAMESPACE + STS_PER_NAMESPACE)}"
+                f"\n{mode}: {chains_in(world.namespaces)}"
                 f" chains served {time.time() - began:.0f} s after the module began"
             )
             yield world
@@ -568,7 +571,7 @@ def test_each_replica_holds_two_shards_and_each_object_is_reconciled_by_its_hold
 
     logs = world.reconciles()
     keys = set().union(*(set(v) for v in logs.values()))
-    chains = len(world.namespaces) * (API_KEYS_PER_NAMESPACE + STS_PER_NAMESPACE)
+    chains = chains_in(world.namespaces)
     assert len(keys) >= chains * 3  # policy, backend, route
     for key in keys:
         by = {identity for identity, seen in logs.items() if key in seen}
@@ -617,7 +620,7 @@ def test_a_killed_replicas_shards_are_taken_once_their_leases_expired(world: Wor
         what="three shards each",
     )
     moved = {ns for ns in world.namespaces if sharding.shard_of(ns, SHARDS) in lost}
-    moved_policies = len(moved) * (API_KEYS_PER_NAMESPACE + STS_PER_NAMESPACE)
+    moved_policies = chains_in(moved)
 
     def moved_policies_adopted() -> bool:
         adopted = set()

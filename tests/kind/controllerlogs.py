@@ -16,6 +16,11 @@ from pathlib import Path
 from tests.kind.cluster import PODS, Cluster
 
 
+def pod_of_file(name: str) -> str:
+    """The Pod a log file of :class:`ControllerLogs` belongs to (``<pod>.<restartCount>.log``)."""
+    return name.rsplit(".", 2)[0]
+
+
 class ControllerLogs:
     """Follows the logs of every controller container it is shown, one file per container
     incarnation (``<pod>.<restartCount>.log``)."""

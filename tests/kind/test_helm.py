@@ -67,7 +67,7 @@ from tests.kind.chains import (
     wait_all_ready,
 )
 from tests.kind.cluster import DEPLOYMENTS, Cluster
-from tests.kind.controllerlogs import ControllerLogs
+from tests.kind.controllerlogs import ControllerLogs, pod_of_file
 from tests.kind.env import KindEnv
 from tests.kind.helmrelease import (
     HELM_LABELS,
@@ -675,7 +675,7 @@ def serve_chains(
     for name, done in replica_reconciles(controller_logs, namespaces).items():
         for r in done:
             if r.start >= since and r.object in made:
-                by.setdefault(r.object, set()).add(name.rsplit(".", 2)[0])
+                by.setdefault(r.object, set()).add(pod_of_file(name))
     return Served(made, by, holders, len(policies(docs)), seconds)
 
 
@@ -816,7 +816,7 @@ def test_helm_upgrade_from_one_leader_to_six_shards_mints_nothing_again_and_neve
         return any(
             r.end >= sharded.started
             for name, done in by_container.items()
-            if name.rsplit(".", 2)[0] in pods
+            if pod_of_file(name) in pods
             for r in done
         )
 
@@ -888,7 +888,7 @@ def test_deleting_a_sharded_pod_hands_its_shards_over_within_lease_plus_retry_an
         return {
             r.key
             for name, done in replica_reconciles(controller_logs, moved).items()
-            if name.rsplit(".", 2)[0] in pods
+            if pod_of_file(name) in pods
             for r in done
             if r.start > after and r.finished
         }
@@ -1049,9 +1049,9 @@ def test_a_fresh_helm_install_of_three_replicas_with_six_shards_serves_every_cha
         served = serve_chains(
             cluster, helmed, standins, controller_logs, holders, namespaces, suffix="-fresh"
         )
-        tested = time.monotonic()
+        test_started = time.monotonic()
         out = helmed.release.test()
-        tested = time.monotonic() - tested
+        tested = time.monotonic() - test_started
         modes = {pod: filtering_modes(controller_logs, pod) for pod in sorted(pods)}
         pdb = cluster.get(PDBS, install.DEPLOYMENT, NAMESPACE) or {}
     finally:
