@@ -106,8 +106,8 @@ def test_resync_with_nothing_to_change_makes_no_writes(
         assert writes == [], sorted(
             {(w.verb, w.resource, w.subresource, w.name, w.code) for w in writes}
         )
-        counts = audit_log.counts_since(mark, until)
-        print(f"\nrequests during resyncs: {dict(counts)} from {mark} to {until}")
+        counts = audit_log.counts_since(mark, until, namespace=chain.ns)
+        print(f"\nrequests in {chain.ns} during resyncs: {dict(counts)} from {mark} to {until}")
         assert not any(verb == "get" and resource == "secrets" for verb, resource in counts), (
             "unchanged Secrets are not read again"
         )

@@ -93,11 +93,15 @@ class AuditLog:
             if r.verb in WRITE_VERBS and r.resource not in exclude and r.stage == "ResponseComplete"
         ]
 
-    def counts_since(self, mark: int, until: int | None = None) -> Counter[tuple[str, str]]:
+    def counts_since(
+        self, mark: int, until: int | None = None, *, namespace: str | None = None
+    ) -> Counter[tuple[str, str]]:
+        """Completed requests by verb and resource; only ``namespace``'s when given (the log is
+        the whole server's: another test's chains, resynced by the same controller, are in it)."""
         return Counter(
             (r.verb, r.resource + (f"/{r.subresource}" if r.subresource else ""))
             for r in self.since(mark, until)
-            if r.stage == "ResponseComplete"
+            if r.stage == "ResponseComplete" and (namespace is None or r.namespace == namespace)
         )
 
     def _size(self) -> int:
