@@ -413,7 +413,13 @@ class Coordinator:
             str(objects.meta(lease).get("name")): lease for lease in listed.get("items") or []
         }
         now = self._clock.monotonic()
-        if self._single_leader(leases.get(self._o.id), now):
+        for i, elector in enumerate(self._electors):
+            lease = leases.get(self._o.shard_lease(i))
+            if lease is not None:
+                elector.observe(lease)
+        holdings = self._holdings()
+        single = leases.get(self._o.id)
+        if self._single_leader(single, now) and not self._waited_out(single, leases, holdings, now):
             # an upgrade from one leader (the Lease named --leader-election-id): nothing is
             # taken while it may still work, and nothing held is kept beside it
             if not self._waiting_logged:
@@ -424,11 +430,6 @@ class Coordinator:
             return
         self._waiting_logged = False
         members = self._live_members(leases, now)
-        for i, elector in enumerate(self._electors):
-            lease = leases.get(self._o.shard_lease(i))
-            if lease is not None:
-                elector.observe(lease)
-        holdings = self._holdings()
         plan = shareplan.plan(
             self._o.identity,
             shards=self._o.shards,
@@ -480,7 +481,8 @@ class Coordinator:
         still seen as recent). What no rule here can see is an old replica that starts after
         the shards did (a rollback, or an old container restarted late): it takes the Lease and
         the shard holders give their shards back at their next round, as they do for any single
-        leader that appears."""
+        leader that appears. What this returns is overruled when another replica already
+        waited the single leader out (:meth:`_waited_out`)."""
         if lease is None:
             self._single = None
             return False
@@ -496,6 +498,54 @@ class Coordinator:
             return now < observed_at + 2 * duration
         # released (the release sets leaseDurationSeconds to 1: this replica's duration counts)
         return not long_ago and now < observed_at + self._o.lease_duration
+
+    def _waited_out(
+        self,
+        single: Body | None,
+        leases: dict[str, Body],
+        holdings: dict[int, shareplan.Holding | None],
+        now: float,
+    ) -> bool:
+        """Whether another replica has already waited the single leader out: it holds a shard
+        (live, by its elector's rule) whose Lease it took (``acquireTime``) after the single
+        leader's Lease had expired by its own terms (``renewTime + leaseDurationSeconds``: one
+        second after a release). It took that shard only once that Lease had stood still for
+        the full wait of :meth:`_single_leader` on its own clock, and gives its shards back, as
+        this replica does, once a single leader renews that Lease again (its ``renewTime`` then
+        passes every ``acquireTime`` taken before).
+
+        Without this, a replica that starts beside running shards shortly after an upgrade (a
+        Pod deleted and replaced) sees the single leader's Lease for the first time and waits
+        the full duration, or twice it for a leader that was killed, however long ago: the
+        kind suite's replacement waited 16 s while it counted in the others' shares, so the
+        shards it was to take were held by no one meanwhile. Both times are writers' wall
+        clocks; a skew below the lease duration cannot make a shard taken before that expiry
+        look taken after it."""
+        if single is None:
+            return False
+        spec: dict[str, object] = dict(single.get("spec") or {})
+        renewed = spec.get("renewTime")
+        if not isinstance(renewed, str):
+            return False
+        try:
+            expired_at = clocks.parse_rfc3339(renewed) + float(
+                str(spec.get("leaseDurationSeconds") or self._o.lease_duration)
+            )
+        except ValueError:
+            return False
+        for i, holding in holdings.items():
+            if holding is None or holding.holder == self._o.identity or not holding.held(now):
+                continue
+            lease = leases.get(self._o.shard_lease(i)) or {}
+            acquired = dict(lease.get("spec") or {}).get("acquireTime")
+            if not isinstance(acquired, str):
+                continue
+            try:
+                if clocks.parse_rfc3339(acquired) > expired_at:
+                    return True
+            except ValueError:
+                continue
+        return False
 
     def _released_long_ago(self, spec: dict[str, object]) -> bool:
         """Whether a Lease without a holder was released (its ``renewTime``) more than twice

@@ -584,6 +584,20 @@ def busy(namespaces: list[str], among: list[str] | None = None) -> list[tuple[st
     ]
 
 
+def coordination(logs: ControllerLogs, since: float, until: float) -> str:
+    """The replicas' shard and Lease decisions between ``since`` and ``until`` (``shards.*``,
+    ``leader.*``, the stop request), a line each, seconds from ``since``, in time order: what a
+    failed handover bound is read from."""
+    lines = sorted(
+        (at, pod_of_file(name), str(e.get("event")), str(e.get("shard", e.get("lease", ""))))
+        for name, text in logs.all_text().items()
+        for at, e in entries(text)
+        if since <= at <= until
+        and str(e.get("event")).startswith(("shards.", "leader.", "rotator.stop"))
+    )
+    return "\n".join(f"{at - since:7.2f} {pod} {event} {what}" for at, pod, event, what in lines)
+
+
 def replica_reconciles(logs: ControllerLogs, namespaces: list[str]) -> dict[str, list[Reconcile]]:
     """Each controller container incarnation followed this session (its log file's name) → its
     reconciles of objects in ``namespaces``; one without an end line ran until its log's last
@@ -958,8 +972,13 @@ def test_deleting_a_sharded_pod_hands_its_shards_over_within_lease_plus_retry_an
         expired_seconds=sum(expired.values()),
         relists=relists,
     )
+    timeline = coordination(controller_logs, deleted - 1.0, deleted + bound + 5)
+    print(f"\nthe replicas' coordination from 1 s before the delete:\n{timeline}")
     assert len(lost) == SHARDS // SHARDED_REPLICAS
-    assert takeover <= bound, f"its shards held by others {takeover:.1f} s after the delete"
+    assert takeover <= bound, (
+        f"its shards held by others {takeover:.1f} s after the delete; the replicas' "
+        f"coordination from 1 s before it:\n{timeline}"
+    )
     assert not again, f"minted again before due: {again}"
     assert not rewrites, f"derived Secrets rewritten with the same credential: {rewrites}"
     assert not config_rewrites, f"route configs rewritten unchanged: {config_rewrites}"

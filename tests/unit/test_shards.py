@@ -120,11 +120,26 @@ class World:
             self.log.append(f"release {r.body['metadata']['name']}")
         return None
 
-    def lease(self, name: str, holder: str, *, skew: float = 0.0) -> None:
+    def lease(
+        self,
+        name: str,
+        holder: str,
+        *,
+        skew: float = 0.0,
+        duration: int = 15,
+        acquired: float | None = None,
+    ) -> None:
         """A Lease held by ``holder``, renewed now (by the fake clock, plus ``skew``: the
-        writer's clock against this replica's)."""
+        writer's clock against this replica's); taken ``acquired`` seconds from now when
+        given (its ``acquireTime``)."""
         now = clocks.rfc3339(self.clock.now() + skew)
-        spec = {"holderIdentity": holder, "leaseDurationSeconds": 15, "renewTime": now}
+        spec: dict[str, object] = {
+            "holderIdentity": holder,
+            "leaseDurationSeconds": duration,
+            "renewTime": now,
+        }
+        if acquired is not None:
+            spec["acquireTime"] = clocks.rfc3339(self.clock.now() + acquired)
         path = objects.LEASES.path(namespace=NS, name=name)
         body = {"metadata": {"name": name, "namespace": NS}, "spec": spec}
         with self.transport._lock:
@@ -352,6 +367,55 @@ def test_the_charts_empty_single_leader_lease_holds_nothing_back(world: World) -
         world.transport._store(path, {"metadata": {"name": ID, "namespace": NS}})
     world.coordinator.tick()
     assert world.coordinator.held() == list(range(N))
+
+
+def test_beside_shards_taken_after_the_single_leaders_release_it_takes_its_share_at_once(
+    world: World,
+) -> None:
+    """A replica that starts beside running shards soon after an upgrade (a Pod replaced): the
+    single leader's Lease, released 20 s ago by the wall clock, is new to it, but the other
+    replica took its shards 17 s after that release — it waited the release out already — so
+    this one takes its share in its first round instead of waiting the full duration while it
+    counts in the other's share (the kind suite's replacement did, its share held by no one for
+    16 s). A single leader that renews the Lease again holds everything back as before."""
+    world.lease(ID, "", skew=-20.0, duration=1)  # released 20 s ago (a release says 1 s)
+    world.lease(f"{OPTIONS.member_prefix}other", "other")
+    for i in range(3):
+        world.lease(OPTIONS.shard_lease(i), "other", acquired=-3.0)
+    world.coordinator.tick()
+    assert world.coordinator.held() == [3, 4, 5]
+    wait_for(lambda: world.running() == {3, 4, 5}, what="its share running")
+    world.lease(ID, "a-single-leader-again")  # renewed now: after every shard's acquireTime
+    world.coordinator.tick()
+    wait_for(lambda: world.coordinator.held() == [], what="every shard given back")
+
+
+def test_beside_shards_taken_before_the_single_leaders_release_it_still_waits(
+    world: World,
+) -> None:
+    """The other replica took its shards before the single leader's Lease was released (it was
+    still draining them for a single leader that had appeared): that proves nothing about the
+    release, so this replica waits as it would alone."""
+    world.lease(ID, "", skew=-5.0, duration=1)
+    world.lease(f"{OPTIONS.member_prefix}other", "other")
+    for i in range(3):
+        world.lease(OPTIONS.shard_lease(i), "other", acquired=-30.0)
+    world.coordinator.tick()
+    assert world.coordinator.held() == []
+
+
+def test_beside_shards_taken_after_a_killed_leaders_lease_expired_it_does_not_wait_twice_its_duration(
+    world: World,
+) -> None:
+    """A single leader killed in an upgrade leaves its Lease held for ever; a replica that
+    first sees it an hour later would wait twice its duration. Another replica took its shards
+    after that Lease expired (renewTime + leaseDurationSeconds): this one need not wait."""
+    world.lease(ID, "killed-old-leader", skew=-3600.0)
+    world.lease(f"{OPTIONS.member_prefix}other", "other")
+    for i in range(3):
+        world.lease(OPTIONS.shard_lease(i), "other", acquired=-3000.0)
+    world.coordinator.tick()
+    assert world.coordinator.held() == [3, 4, 5]
 
 
 def test_lease_names() -> None:
