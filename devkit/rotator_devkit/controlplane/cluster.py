@@ -64,9 +64,17 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def sweep_stale(tmp_root: Path | None = None) -> list[Path]:
-    """Removes folders of control planes whose owner process is gone; returns them."""
+UNOWNED_GRACE = 300.0
+"""Seconds a folder without a readable ``owner.pid`` is left alone: another process may have
+just made it and not yet written the file (two pytest workers start their control planes at
+once, and each sweeps first: a CI run lost one worker's folder that way)."""
+
+
+def sweep_stale(tmp_root: Path | None = None, *, now: float | None = None) -> list[Path]:
+    """Removes folders of control planes whose owner process is gone, or that never named one
+    and are older than :data:`UNOWNED_GRACE`; returns them."""
     removed = []
+    at = time.time() if now is None else now
     for folder in Path(tmp_root or tempfile.gettempdir()).glob(f"{_PREFIX}*"):
         try:
             owner = int((folder / "owner.pid").read_text())
@@ -74,6 +82,13 @@ def sweep_stale(tmp_root: Path | None = None) -> list[Path]:
             owner = 0
         if owner and _alive(owner):
             continue
+        if not owner:
+            try:
+                made = folder.stat().st_mtime
+            except OSError:
+                continue
+            if at - made < UNOWNED_GRACE:
+                continue
         shutil.rmtree(folder, ignore_errors=True)
         removed.append(folder)
     return removed
@@ -133,7 +148,9 @@ class LocalControlPlane:
     def start(self) -> LocalControlPlane:
         sweep_stale()
         self.dir = Path(tempfile.mkdtemp(prefix=_PREFIX))
-        (self.dir / "owner.pid").write_text(str(os.getpid()))
+        owner = self.dir / "owner.pid.tmp"  # renamed whole: a sweep never reads it half written
+        owner.write_text(str(os.getpid()))
+        owner.replace(self.dir / "owner.pid")
         self._stopped = False
         atexit.register(self.stop)
         try:
