@@ -506,21 +506,25 @@ class Coordinator:
         holdings: dict[int, shareplan.Holding | None],
         now: float,
     ) -> bool:
-        """Whether another replica has already waited the single leader out: it holds a shard
-        (live, by its elector's rule) whose Lease it took (``acquireTime``) after the single
-        leader's Lease had expired by its own terms (``renewTime + leaseDurationSeconds``: one
-        second after a release). It took that shard only once that Lease had stood still for
-        the full wait of :meth:`_single_leader` on its own clock, and gives its shards back, as
-        this replica does, once a single leader renews that Lease again (its ``renewTime`` then
-        passes every ``acquireTime`` taken before).
+        """Whether the single leader's Lease has stood unwritten for a full lease duration, as
+        another replica's shard shows: a shard held by another replica (live by its elector's
+        rule) whose Lease was taken (``acquireTime``) more than the lease duration (the longer
+        of the single leader's ``leaseDurationSeconds`` and this replica's) after the single
+        leader's Lease was last written (``renewTime``). A single leader writes ``renewTime``
+        at every take and renewal, and renews within its renew deadline or stops; an old
+        standby takes a released Lease at its next retry. So a Lease unwritten for that long
+        has no single leader at work nor one about to take it — and once one writes it again,
+        its ``renewTime`` passes every ``acquireTime`` taken before, and everything is held back
+        as before. The evidence is the two timestamps, not the taker's own judgement (it may
+        itself have been let through by this rule, or be dead since: the times stay true).
 
         Without this, a replica that starts beside running shards shortly after an upgrade (a
         Pod deleted and replaced) sees the single leader's Lease for the first time and waits
         the full duration, or twice it for a leader that was killed, however long ago: the
         kind suite's replacement waited 16 s while it counted in the others' shares, so the
-        shards it was to take were held by no one meanwhile. Both times are writers' wall
-        clocks; a skew below the lease duration cannot make a shard taken before that expiry
-        look taken after it."""
+        shards it was to take were held by no one meanwhile. The times are two writers' wall
+        clocks: a skew below the lease duration cannot make a shard taken while a single leader
+        wrote its Lease look taken a lease duration after."""
         if single is None:
             return False
         spec: dict[str, object] = dict(single.get("spec") or {})
@@ -528,8 +532,11 @@ class Coordinator:
         if not isinstance(renewed, str):
             return False
         try:
-            expired_at = clocks.parse_rfc3339(renewed) + float(
-                str(spec.get("leaseDurationSeconds") or self._o.lease_duration)
+            # a release writes leaseDurationSeconds 1: this replica's duration, at least, so a
+            # shard taken within it (a clock a few seconds ahead, an acquire begun earlier and
+            # slow) is no evidence
+            expired_at = clocks.parse_rfc3339(renewed) + max(
+                float(str(spec.get("leaseDurationSeconds") or 0)), self._o.lease_duration
             )
         except ValueError:
             return False
