@@ -90,11 +90,7 @@ class Candidate:
 
     def renewed_at(self) -> float | None:
         spec = self.spec or {}
-        value = spec.get("renewTime") or spec.get("acquireTime")
-        try:
-            return clocks.parse_rfc3339(value) if isinstance(value, str) else None
-        except ValueError:
-            return None
+        return clocks.read_rfc3339(spec.get("renewTime") or spec.get("acquireTime"))
 
     @property
     def duration(self) -> float:

@@ -7,6 +7,7 @@ APScheduler speak; monotonic time is what durations and backoff are measured in.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from datetime import UTC, datetime
@@ -72,3 +73,16 @@ def rfc3339(epoch_seconds: float) -> str:
 def parse_rfc3339(value: str) -> float:
     """Wall-clock seconds from an RFC 3339 timestamp as Kubernetes writes it."""
     return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+
+
+def read_rfc3339(value: object) -> float | None:
+    """Wall-clock seconds from a field that should hold an RFC 3339 timestamp (a Lease's
+    ``renewTime``, ``acquireTime``); None when it is not a string or does not read as a finite
+    time: the callers decide what a missing or unreadable time vouches for."""
+    if not isinstance(value, str):
+        return None
+    try:
+        seconds = parse_rfc3339(value)
+    except (ValueError, OverflowError):
+        return None
+    return seconds if math.isfinite(seconds) else None

@@ -528,14 +528,14 @@ class Coordinator:
         if single is None:
             return False
         spec: dict[str, object] = dict(single.get("spec") or {})
-        renewed = spec.get("renewTime")
-        if not isinstance(renewed, str):
+        renewed = clocks.read_rfc3339(spec.get("renewTime"))
+        if renewed is None:
             return False
         try:
             # a release writes leaseDurationSeconds 1: this replica's duration, at least, so a
             # shard taken within it (a clock a few seconds ahead, an acquire begun earlier and
             # slow) is no evidence
-            expired_at = clocks.parse_rfc3339(renewed) + max(
+            expired_at = renewed + max(
                 float(str(spec.get("leaseDurationSeconds") or 0)), self._o.lease_duration
             )
         except ValueError:
@@ -544,14 +544,9 @@ class Coordinator:
             if holding is None or holding.holder == self._o.identity or not holding.held(now):
                 continue
             lease = leases.get(self._o.shard_lease(i)) or {}
-            acquired = dict(lease.get("spec") or {}).get("acquireTime")
-            if not isinstance(acquired, str):
-                continue
-            try:
-                if clocks.parse_rfc3339(acquired) > expired_at:
-                    return True
-            except ValueError:
-                continue
+            acquired = clocks.read_rfc3339(dict(lease.get("spec") or {}).get("acquireTime"))
+            if acquired is not None and acquired > expired_at:
+                return True
         return False
 
     def _released_long_ago(self, spec: dict[str, object]) -> bool:
@@ -562,9 +557,8 @@ class Coordinator:
         renewed = spec.get("renewTime")
         if not isinstance(renewed, str):
             return True
-        try:
-            released_at = clocks.parse_rfc3339(renewed)
-        except ValueError:  # not a time (the API server validates it): judge it recent
+        released_at = clocks.read_rfc3339(renewed)
+        if released_at is None:  # not a time (the API server validates it): judge it recent
             return False
         return self._clock.now() - released_at > 2 * self._o.lease_duration
 
@@ -598,8 +592,8 @@ class Coordinator:
             seen[name] = (spec, observed_at)
             holder = str(spec.get("holderIdentity") or "")
             duration = float(str(spec.get("leaseDurationSeconds") or self._o.lease_duration))
-            renewed = spec.get("renewTime")
-            renewed_at = clocks.parse_rfc3339(renewed) if isinstance(renewed, str) else wall
+            renewed = clocks.read_rfc3339(spec.get("renewTime"))
+            renewed_at = wall if renewed is None else renewed  # unread: by its changes alone
             if holder and now < observed_at + duration and wall < renewed_at + duration:
                 live.append(holder)
             elif now >= observed_at + STALE_MEMBER and wall >= renewed_at + STALE_MEMBER:

@@ -426,6 +426,36 @@ def test_beside_shards_taken_after_a_killed_leaders_lease_expired_it_does_not_wa
     assert world.coordinator.held() == [3, 4, 5]
 
 
+def test_a_membership_lease_whose_renew_time_does_not_read_is_judged_by_its_changes(
+    world: World,
+) -> None:
+    """A membership Lease whose ``renewTime`` is not a time (the API server validates it; a
+    fake or a future format need not) does not end every round with an exception: it is live
+    while it changes, as a Lease without a renewTime. Before, ``parse_rfc3339`` raised and no
+    shard was ever taken."""
+    world.lease(f"{OPTIONS.member_prefix}other", "other")
+    path = objects.LEASES.path(namespace=NS, name=f"{OPTIONS.member_prefix}other")
+    with world.transport._lock:
+        world.transport.objects[path]["spec"]["renewTime"] = "not-a-time"
+    world.coordinator.tick()
+    assert world.coordinator.held() == [0, 1, 2], "its share beside a live replica"
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [
+        ("2026-12-06T03:15:50.169042Z", 1796526950.169042),
+        ("2026-12-06T03:15:50Z", 1796526950.0),
+        ("not-a-time", None),
+        ("", None),
+        (None, None),
+        (1796526950, None),  # a number is not the field's format
+    ],
+)
+def test_a_lease_time_reads_as_wall_seconds_or_none(value: object, seconds: float | None) -> None:
+    assert clocks.read_rfc3339(value) == seconds
+
+
 def test_lease_names() -> None:
     assert OPTIONS.shard_lease(2) == "rot-shard-2-of-6"
     member = shards.ShardOptions(id="rot", namespace=NS, identity="Pod_1.x_ab12", shards=2)
