@@ -99,7 +99,10 @@ def test_rotator_dev_runs_every_sample_rotates_and_stops_clean(tmp_path: Path) -
             timeout=120,
             what="kubeconfig printed",
         )
-        assert "get rotator -A" in log.read_text()
+        # the next line, printed by a second write: it may not be in the file yet
+        wait_for(
+            lambda: "get rotator -A" in log.read_text(), timeout=10, what="the kubectl hint printed"
+        )
 
         def all_ready() -> bool:
             table = last_table(log.read_text())
