@@ -14,7 +14,11 @@ Secrets in other namespaces, all created by a 16-thread client before the contro
 * a restart with nothing changed (SIGTERM, then a new process): its CPU time (utime + stime,
   imports and cache sync included), RSS, writes and Secret GETs;
 * propagation: ``--updates`` source Secrets, spread over the chains, updated one at a time;
-  from the update being sent to its route config holding the new key.
+  from the update being sent to its route config holding the new key, and where the time of the
+  p99 update went (each request of the path, from the audit log);
+* the API server's own floors (tests/bench/floors.py), with the controller stopped: the same
+  propagation through a bare client's two writes and their watches, and the cold start's
+  request mix replayed by a bare client; the controller's figures are printed as ratios to them.
 
 The controller's write rate counts its writes (leases aside) between the first and the last the
 audit log received during the cold start.
@@ -27,16 +31,19 @@ import functools
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from controllers import logs
+from controllers.reconcilers import api as rapi
 from controllers.runtime import client as clients
-from controllers.runtime import restconfig
+from controllers.runtime import objects, restconfig
 from rotator_devkit.controlplane import assets
 from rotator_devkit.controlplane.cluster import ControlPlaneOptions, LocalControlPlane
+from tests.bench import floors
 from tests.bench.figures import MIB, machine, row
 from tests.support import audit, profiling, scale
+from tests.support.controller import ControllerProcess
 from tests.support.polling import wait_for
 from tests.support.recording import percentile
 
@@ -104,7 +111,7 @@ def main() -> None:
         print(f"created {args.unrelated} unrelated Secrets in {noise.seconds:.1f} s", flush=True)
         applied = fleet.apply_to_sources(api, args.threads)
         print(f"applied to {args.chains} source Secrets in {applied.seconds:.1f} s", flush=True)
-        routes = scale.RouteConfigs(api).start()
+        routes = scale.RouteConfigs(api, clock=time.time).start()
         log = audit.AuditLog(cp.audit_log)
         controller = scale.controller_process(
             cp, api, workdir, [f"--workers={args.workers}"] if args.workers else []
@@ -118,7 +125,9 @@ def main() -> None:
             if args.profile:
                 samplers.append(profiling.Sampler(pid, workdir))
 
-        cold = scale.cold_start(controller, routes, fleet, timeout=args.timeout, on_spawn=attach)
+        cold = scale.cold_start(
+            controller, routes, fleet, timeout=args.timeout, clock=time.time, on_spawn=attach
+        )
         cold_profile = samplers[0].stop() if samplers else None
         cp_cpu = {
             name: seconds - cp_cpu_before.get(name, 0.0)
@@ -145,9 +154,33 @@ def main() -> None:
         restart_requests = log.since(mark)
         print(f"restart done in {restart_seconds:.1f} s", flush=True)
 
-        latencies = propagation(api, fleet, routes, args.updates, args.timeout)
+        mark = log.mark()
+        queued_before = queue_seconds(controller)
+        samples = propagation(api, fleet, routes, args.updates, args.timeout)
+        queued = {
+            name: (seconds - queued_before[name][0], count - queued_before[name][1])
+            for name, (seconds, count) in queue_seconds(controller).items()
+        }
         controller.stop()
+        propagation_requests = log.since(mark)
+        print(f"propagation done ({len(samples)} updates)", flush=True)
+
+        first = fleet.chain_namespace(0)
+        relay = floors.Relay(
+            api,
+            first,
+            api.get(objects.SECRETS, rapi.derived_secret_name("p-00000"), namespace=first),
+            api.get(objects.SECRETS, rapi.route_config_secret_name("r-00000"), namespace=first),
+            "r-00000",
+        ).start()
+        floor_samples = propagation_floor(relay, routes, len(samples), args.timeout)
+        relay.stop()
         routes.stop()
+        print(f"propagation floor done ({len(floor_samples)} updates)", flush=True)
+
+        mix = floors.replay(api, cold_requests)
+        floor = mix.run(args.threads)
+        print(f"cold start floor done in {floor.seconds:.1f} s", flush=True)
 
     cold_writes = writes(cold_requests)
     window = (
@@ -203,12 +236,42 @@ def main() -> None:
         f"{restart_cpu:.1f} s ({per(restart_cpu * 1000, args.chains)} ms per chain, "
         f"{restart_cpu * 1000 / objects_cached:.3f} ms per cached object of {objects_cached})",
     )
-    if latencies:
+    mix_requests = [r for r in cold_requests if floors.replayed(r)]
+    mix_seconds = (
+        max(r.completed for r in mix_requests) - min(r.received for r in mix_requests)
+        if mix_requests
+        else 0.0
+    )
+    row(
+        f"cold start floor: the same mix, bare {args.threads}-thread client",
+        f"{floor.seconds:.1f} s ({floor.count} requests, {floor.rate:.0f}/s; "
+        f"{mix.skipped} not made again)",
+    )
+    row("  the controller, first to last of those requests", f"{mix_seconds:.1f} s")
+    row("  ratio floor / controller (the same requests)", ratio(floor.seconds, mix_seconds))
+    row("  ratio floor / cold start to idle", ratio(floor.seconds, cold.idle))
+    latencies = [s.latency for s in samples]
+    floor_latencies = [s.latency for s in floor_samples]
+    for label, values in (
+        (f"Secret update → route config rewritten ({len(latencies)} updates)", latencies),
+        ("  floor: a bare client's two writes and their watches", floor_latencies),
+    ):
+        if values:
+            row(
+                label,
+                f"p50 {percentile(values, 50) * 1000:.0f} ms, "
+                f"p99 {percentile(values, 99) * 1000:.0f} ms, max {max(values) * 1000:.0f} ms",
+            )
+    if latencies and floor_latencies:
         row(
-            f"Secret update → route config rewritten ({len(latencies)} updates)",
-            f"p50 {percentile(latencies, 50) * 1000:.0f} ms, "
-            f"p99 {percentile(latencies, 99) * 1000:.0f} ms, max {max(latencies) * 1000:.0f} ms",
+            "  ratio p99 controller / p99 floor",
+            ratio(percentile(latencies, 99), percentile(floor_latencies, 99)),
         )
+        row(
+            "  ratio p50 controller / p50 floor",
+            ratio(percentile(latencies, 50), percentile(floor_latencies, 50)),
+        )
+        breakdown(fleet, samples, floor_samples, relay, propagation_requests, queued)
     chain_bytes = 0.0
     for label, (count, each) in held.items():
         row(f"bytes held per cached object: {label}", f"{each:.0f} ({count} measured)")
@@ -238,21 +301,32 @@ def where_time_goes(what: str, profile: profiling.Profile | None) -> None:
         print(f"    {line}")
 
 
+def queue_seconds(controller: ControllerProcess) -> dict[str, tuple[float, float]]:
+    """Per chain controller: seconds its keys waited in its queue, and how many waited."""
+    return {
+        name: (
+            controller.total("workqueue_queue_duration_seconds_sum", controller=name),
+            controller.total("workqueue_queue_duration_seconds_count", controller=name),
+        )
+        for name in scale.CHAIN_CONTROLLERS
+    }
+
+
 def propagation(
     api: clients.Client,
     fleet: scale.Fleet,
     routes: scale.RouteConfigs,
     updates: int,
     timeout: float,
-) -> list[float]:
-    """Seconds from sending each update to its route config holding the new key; the chains
-    updated are spread evenly over the fleet."""
-    latencies = []
-    samples = min(updates, fleet.chains)
-    for k in range(samples):
-        i = k * fleet.chains // samples
+) -> list[floors.Sample]:
+    """From sending each update to its route config holding the new key (wall clock, as the
+    audit log's); the chains updated are spread evenly over the fleet."""
+    samples = []
+    count = min(updates, fleet.chains)
+    for k in range(count):
+        i = k * fleet.chains // count
         where, key = fleet.route_config(i), fleet.key(i, k + 1)
-        sent = time.monotonic()
+        sent = time.time()
         fleet.rotate(api, i, k + 1)
         arrived = wait_for(
             functools.partial(routes.since, where, key),
@@ -260,8 +334,69 @@ def propagation(
             interval=0.005,
             what=f"update {k} in {where}",
         )
-        latencies.append(arrived - sent)
-    return latencies
+        samples.append(floors.Sample(i, key, sent, arrived))
+    return samples
+
+
+def propagation_floor(
+    relay: floors.Relay, routes: scale.RouteConfigs, updates: int, timeout: float
+) -> list[floors.Sample]:
+    """The same figure for the relay of the propagation floor (no controller running)."""
+    samples = []
+    for k in range(updates):
+        key = f"sk-floor-{k:05d}"
+        sent = time.time()
+        relay.send(key)
+        arrived = wait_for(
+            functools.partial(routes.since, relay.where, key),
+            timeout=timeout,
+            interval=0.005,
+            what=f"floor update {k}",
+        )
+        samples.append(floors.Sample(-1, key, sent, arrived))
+    return samples
+
+
+def breakdown(
+    fleet: scale.Fleet,
+    samples: Sequence[floors.Sample],
+    floor_samples: Sequence[floors.Sample],
+    relay: floors.Relay,
+    requests: Sequence[audit.Request],
+    queued: Mapping[str, tuple[float, float]],
+) -> None:
+    """Where the propagation's time goes: the stages of the p99 sample and the median of each
+    stage, for the controller (from the audit log) and for the floor (from the relay)."""
+    print("\nwhere a propagation's time goes (ms): the p99 sample, and each stage's median")
+    staged = [(s, floors.controller_stages(s, fleet, requests)) for s in samples]
+    found = [(s, st) for s, st in staged if st is not None]
+    if found:
+        p99 = floors.at_percentile([s for s, _ in found], 99)
+        stages = dict(found)[p99]
+        print(f"  controller ({len(found)} of {len(samples)} samples in the audit log):")
+        for n, label in enumerate(floors.CONTROLLER_STAGES):
+            median = percentile([st[n] for _, st in found], 50)
+            row(f"    {label}", f"{stages[n] * 1000:6.1f}  (median {median * 1000:.1f})")
+        row("    total", f"{p99.latency * 1000:6.1f}")
+    for name, (seconds, count) in queued.items():
+        row(
+            f"  {name} queue wait, mean over the updates",
+            f"{seconds / count * 1000:.1f} ms ({count:.0f} keys)" if count else "-",
+        )
+    hops = [(s, relay.hops[s.key]) for s in floor_samples if s.key in relay.hops]
+    if hops:
+        p99 = floors.at_percentile([s for s, _ in hops], 99)
+        stages = floors.floor_stages(p99, relay.hops[p99.key])
+        all_stages = [floors.floor_stages(s, h) for s, h in hops]
+        print("  floor:")
+        for n, label in enumerate(floors.FLOOR_STAGES):
+            median = percentile([st[n] for st in all_stages], 50)
+            row(f"    {label}", f"{stages[n] * 1000:6.1f}  (median {median * 1000:.1f})")
+        row("    total", f"{p99.latency * 1000:6.1f}")
+
+
+def ratio(a: float, b: float) -> str:
+    return f"{a / b:.2f}" if b else "-"
 
 
 if __name__ == "__main__":

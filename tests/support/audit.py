@@ -36,6 +36,9 @@ class Request:
     code: int
     received: float = 0.0
     """When the API server received the request, in seconds since the epoch (0 if unknown)."""
+    completed: float = 0.0
+    """When it logged the request's stage (for ``ResponseComplete``: the response was sent), in
+    seconds since the epoch (0 if unknown)."""
 
 
 class AuditLogMissing(AssertionError):
@@ -79,6 +82,7 @@ class AuditLog:
                     stage=e.get("stage", ""),
                     code=int((e.get("responseStatus") or {}).get("code") or 0),
                     received=_epoch(e.get("requestReceivedTimestamp")),
+                    completed=_epoch(e.get("stageTimestamp")),
                 )
             )
         return out

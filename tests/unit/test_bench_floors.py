@@ -1,0 +1,72 @@
+"""The scale benchmark's floors (tests/bench/floors.py): what the replay makes again, how the
+relay puts a key into a route config, and how a propagation's stages are read from the audit
+log. The benchmark asserts nothing, so its arithmetic is checked here."""
+
+from __future__ import annotations
+
+import base64
+
+from tests.bench import floors
+from tests.support import audit, scale
+
+
+def request(verb: str, resource: str, name: str = "x", **kw: object) -> audit.Request:
+    fields: dict[str, object] = {
+        "verb": verb,
+        "resource": resource,
+        "subresource": "",
+        "namespace": "chains-000",
+        "name": name,
+        "user": "system:serviceaccount:rotator-system:rotator",
+        "stage": "ResponseComplete",
+        "code": 200,
+    }
+    fields.update(kw)
+    return audit.Request(**fields)  # type: ignore[arg-type]
+
+
+def test_the_replay_makes_writes_and_secret_gets_again_not_lists_watches_or_leases() -> None:
+    assert floors.replayed(request("patch", "secrets"))
+    assert floors.replayed(request("patch", "routes", subresource="status"))
+    assert floors.replayed(request("create", "events"))
+    assert floors.replayed(request("get", "secrets"))
+    assert not floors.replayed(request("get", "routes"))
+    assert not floors.replayed(request("list", "secrets"))
+    assert not floors.replayed(request("watch", "secrets"))
+    assert not floors.replayed(request("update", "leases"))
+    assert not floors.replayed(request("patch", "secrets", stage="ResponseStarted"))
+
+
+def test_with_key_replaces_only_the_api_key_line() -> None:
+    config = "backends:\n  - name: b\n    apiKey: old-key\n    note: apiKey: kept\n"
+    encoded = base64.b64encode(config.encode()).decode()
+    out = base64.b64decode(floors.with_key(encoded, "new-key")).decode()
+    assert out == "backends:\n  - name: b\n    apiKey: new-key\n    note: apiKey: kept\n"
+
+
+def test_controller_stages_follow_the_three_requests_of_one_update() -> None:
+    fleet = scale.Fleet(10, 0)
+    ns = fleet.chain_namespace(3)
+    config = fleet.route_config(3).split("/", 1)[1]
+    sample = floors.Sample(3, "k", sent=100.000, arrived=100.050)
+
+    def at(verb: str, name: str, received: float, completed: float) -> audit.Request:
+        return request(verb, "secrets", name, namespace=ns, received=received, completed=completed)
+
+    requests = [
+        at("get", fleet.source_secret(3), 99.0, 99.001),  # before the update: not its GET
+        at("get", fleet.source_secret(3), 100.010, 100.012),
+        at("patch", "rotator-bsp-p-00003", 100.015, 100.020),
+        at("patch", config, 100.030, 100.040),
+    ]
+    stages = floors.controller_stages(sample, fleet, requests)
+    assert stages is not None
+    assert [round(s * 1000) for s in stages] == [10, 2, 3, 5, 10, 10, 10]
+    assert round(sum(stages), 6) == round(sample.latency, 6)
+    assert floors.controller_stages(sample, fleet, requests[:3]) is None
+
+
+def test_the_sample_at_a_percentile_is_the_nearest_rank() -> None:
+    samples = [floors.Sample(i, str(i), 0.0, float(i)) for i in range(100)]
+    assert floors.at_percentile(samples, 99).chain == 98
+    assert floors.at_percentile(samples, 50).chain == 50
