@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import enum
-import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -203,11 +202,7 @@ def read_time(value: str, parse: Callable[[str], float] = clocks.parse_rfc3339) 
     (OverflowError), or it is not finite (``nan``, ``inf``). The one reader of a time annotation
     rotator wrote (``rotator.dev/expiration-time`` here and in the Route's resolution, the state
     times): one that does not read vouches for nothing."""
-    try:
-        seconds = parse(value)
-    except (ValueError, OverflowError):
-        return None
-    return seconds if math.isfinite(seconds) else None
+    return clocks.read_rfc3339(value, parse)
 
 
 def stale_annotations(secret: Mapping[str, Any], desired: Mapping[str, str]) -> set[str]:

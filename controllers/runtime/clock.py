@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Protocol
 
@@ -75,14 +76,15 @@ def parse_rfc3339(value: str) -> float:
     return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
 
 
-def read_rfc3339(value: object) -> float | None:
+def read_rfc3339(value: object, parse: Callable[[str], float] = parse_rfc3339) -> float | None:
     """Wall-clock seconds from a field that should hold an RFC 3339 timestamp (a Lease's
-    ``renewTime``, ``acquireTime``); None when it is not a string or does not read as a finite
-    time: the callers decide what a missing or unreadable time vouches for."""
+    ``renewTime``, ``acquireTime``, rotator's time annotations); None when it is not a string or
+    does not read as a finite time (``parse`` refuses it, or it is beyond what a float or a
+    date holds): the callers decide what a missing or unreadable time vouches for."""
     if not isinstance(value, str):
         return None
     try:
-        seconds = parse_rfc3339(value)
+        seconds = parse(value)
     except (ValueError, OverflowError):
         return None
     return seconds if math.isfinite(seconds) else None
