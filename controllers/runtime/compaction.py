@@ -90,6 +90,8 @@ class Compactor:
         return len(self._shapes)
 
     def __call__(self, obj: Body) -> Body:
+        if type(obj) is not dict:  # a view's own compact form (``objects.Identity``)
+            return obj
         return self._mapping(obj, "", top=True)
 
     def _value(self, value: Any, key: str) -> Any:

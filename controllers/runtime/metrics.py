@@ -224,6 +224,8 @@ class PrometheusQueueMetrics:
         with self._lock:
             self._depth.dec()
             added = self._added_at.pop(item, None)
+            if not self._added_at:
+                self._added_at = {}  # a dict's table never shrinks as keys leave (queue.py)
             self._started_at[item] = now
         if added is not None:
             self._latency.observe(now - added)
@@ -231,6 +233,8 @@ class PrometheusQueueMetrics:
     def finished(self, item: Hashable) -> None:
         with self._lock:
             started = self._started_at.pop(item, None)
+            if not self._started_at:
+                self._started_at = {}
         if started is not None:
             self._work.observe(self._clock.monotonic() - started)
 

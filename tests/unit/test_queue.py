@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import itertools
 import threading
+import tracemalloc
 from collections import defaultdict
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from controllers.runtime.metrics import Metrics, PrometheusQueueMetrics
 from controllers.runtime.queue import Queue
 from tests.support.polling import wait_for
 
@@ -157,3 +159,24 @@ def test_drain_times_out_when_an_item_never_finishes() -> None:
     q.add("stuck")
     q.get()
     assert q.shut_down_with_drain(0.05) is False
+
+
+def test_a_drained_queue_gives_its_tables_back() -> None:
+    """A cold start queues every object once; once the queue and its metrics have drained, the
+    idle controller must not keep their tables sized for all of them (a set or dict never
+    shrinks as keys leave it)."""
+    items = [f"ns/obj-{i}" for i in range(50_000)]
+    queue: Queue[str] = Queue(metrics=PrometheusQueueMetrics(Metrics(), "drained"))
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for item in items:
+            queue.add(item)
+        for _ in items:
+            taken, _ = queue.get()
+            assert taken is not None
+            queue.done(taken)
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert held < 64 << 10, f"{held} bytes still held by a drained queue of 50,000"

@@ -36,7 +36,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from controllers.reconcilers import api
 from controllers.runtime import objects
@@ -92,9 +92,9 @@ def owned_by_rotator(secret: Mapping[str, Any]) -> bool:
 
 
 def identity_only(secret: Body) -> Body:
-    """The transform of the all-Secrets metadata view."""
-    md = objects.meta(secret)
-    return {"metadata": {k: md[k] for k in _IDENTITY if k in md}}  # type: ignore[literal-required]
+    """The transform of the all-Secrets metadata view: an :class:`~controllers.runtime.objects.
+    Identity`, which reads as ``{"metadata": {name, namespace, resourceVersion}}``."""
+    return cast(Body, objects.Identity.of(secret))
 
 
 def managed(secret: Body) -> Body:
