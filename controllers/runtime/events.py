@@ -75,9 +75,11 @@ class _Pending:
     count: int = 1
 
 
-@dataclass
+@dataclass(slots=True)
 class _Written:
-    """An Event on the API server, for bumping its count on a repeat."""
+    """An Event on the API server, for bumping its count on a repeat. Slotted, as is
+    :class:`_Bucket`: 4,096 of each are kept once a cold start has recorded that many Events,
+    and an instance without a ``__dict__`` is ~100 bytes smaller."""
 
     name: str
     namespace: str
@@ -85,7 +87,7 @@ class _Written:
     last: float
 
 
-@dataclass
+@dataclass(slots=True)
 class _Bucket:
     tokens: float
     at: float

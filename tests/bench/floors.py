@@ -295,6 +295,9 @@ FLOOR_STAGES = (
     "route config write",
     "delivered to the benchmark's watch",
 )
+"""The relay's stages, timed where the relay is (the controller's are timed by the API server):
+a write lasts until the relay has read its response, and a watch may deliver the object before
+that, so the stage after a write can be below zero."""
 
 
 def controller_stages(

@@ -33,6 +33,7 @@ from controllers.runtime.compaction import Compactor
 from controllers.runtime.informer import Informer, Transform, strip_never_read
 from controllers.runtime.objects import Body
 from rotator_devkit.controlplane.cluster import LocalControlPlane
+from tests.support import asdeployed
 from tests.support.apiproxy import APIProxy
 from tests.support.chain import Chain
 from tests.support.controller import (
@@ -370,7 +371,8 @@ def controller_process(
     *,
     via: APIProxy | None = None,
 ) -> ControllerProcess:
-    """``rotator run`` as its ServiceAccount, logging at the deployed level, with ``args``;
+    """``rotator run`` as its ServiceAccount, logging at the deployed level, with the image's
+    modules only (:mod:`tests.support.asdeployed`), with ``args``;
     talking to the API server through ``via`` when given (a proxy that counts its bytes)."""
     kubeconfig = service_account_kubeconfig(
         control_plane,
@@ -380,7 +382,10 @@ def controller_process(
         ca_file=via.ca_file if via is not None else None,
     )
     return ControllerProcess(
-        kubeconfig, workdir, args=(*CONTROLLER_ARGS, *args), env=CONTROLLER_ENV
+        kubeconfig,
+        workdir,
+        args=(*CONTROLLER_ARGS, *args),
+        env={**CONTROLLER_ENV, **asdeployed.environment(workdir)},
     )
 
 
