@@ -28,6 +28,7 @@ controller figure means little until it is set against what the API server allow
 from __future__ import annotations
 
 import base64
+import itertools
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -329,26 +330,33 @@ def controller_stages(
     route = first("patch", config, write.received) if write else None
     if get is None or write is None or route is None:
         return None
-    return (
-        get.received - sample.sent,
-        get.completed - get.received,
-        write.received - get.completed,
-        write.completed - write.received,
-        route.received - write.completed,
-        route.completed - route.received,
-        sample.arrived - route.completed,
+    return gaps(
+        sample.sent,
+        get.received,
+        get.completed,
+        write.received,
+        write.completed,
+        route.received,
+        route.completed,
+        sample.arrived,
     )
 
 
 def floor_stages(sample: Sample, hop: Hop) -> tuple[float, ...]:
     """Seconds in each of :data:`FLOOR_STAGES` for one sample of the relay."""
-    return (
-        hop.source_seen - sample.sent,
-        hop.derived_written - hop.source_seen,
-        hop.derived_seen - hop.derived_written,
-        hop.config_written - hop.derived_seen,
-        sample.arrived - hop.config_written,
+    return gaps(
+        sample.sent,
+        hop.source_seen,
+        hop.derived_written,
+        hop.derived_seen,
+        hop.config_written,
+        sample.arrived,
     )
+
+
+def gaps(*marks: float) -> tuple[float, ...]:
+    """The seconds between each time of a path and the next."""
+    return tuple(later - earlier for earlier, later in itertools.pairwise(marks))
 
 
 def at_percentile(samples: Sequence[Sample], p: float) -> Sample:
