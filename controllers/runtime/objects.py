@@ -132,6 +132,11 @@ def split_key(key: ObjectKey) -> tuple[str, str]:
     return namespace, name
 
 
+_DECIMAL_DIGITS = 19
+"""Digits of the longest resourceVersion kept as an int (etcd's are int64); any other string
+is kept as it came."""
+
+
 class Identity(Mapping[str, Any]):
     """An object reduced to its identity: its key and resourceVersion, as a view keeps the
     objects of a kind whose existence and version alone are read (every Secret, watched
@@ -151,8 +156,14 @@ class Identity(Mapping[str, Any]):
     def __init__(self, key: ObjectKey, resource_version: str | None) -> None:
         self.key = key
         version: int | str | None = resource_version
-        if resource_version and resource_version.isdigit() and resource_version[0] != "0":
-            version = int(resource_version)
+        if (
+            type(resource_version) is str
+            and 0 < len(resource_version) <= _DECIMAL_DIGITS
+            and resource_version.isascii()
+            and resource_version.isdigit()
+            and resource_version[0] != "0"
+        ):
+            version = int(resource_version)  # read back as the same string
         self._version = version
 
     @classmethod

@@ -82,7 +82,9 @@ class Store:
         """Stores ``obj``; returns what it replaced."""
         key = objects.key_of(obj)
         with self._lock:
-            old = self._items.get(key)
+            # popped, not overwritten: a dict keeps the key string it was first given, and an
+            # ``objects.Identity`` shares its own with the store only if the store takes it
+            old = self._items.pop(key, None)
             if old is not None:
                 self._unindex(key, old)
             self._items[key] = obj

@@ -70,3 +70,35 @@ def test_it_holds_less_than_the_two_dicts_it_replaces() -> None:
 def test_compaction_passes_it_through() -> None:
     kept = objects.Identity.of(secret())
     assert Compactor()(kept) is kept  # type: ignore[arg-type]
+
+
+def test_the_store_shares_the_latest_identitys_key_after_an_update_and_a_relist() -> None:
+    """A dict keeps the key it was first given; the store must take each new identity's, or
+    every updated or re-listed Secret holds its key twice."""
+    store = Store()
+    store.upsert(objects.Identity.of(secret(version="1")))  # type: ignore[arg-type]
+    updated = objects.Identity.of(secret(version="2"))
+    store.upsert(updated)  # type: ignore[arg-type]
+    (key,) = store.keys()
+    assert key is updated.key
+    relisted = objects.Identity.of(secret(version="3"))
+    store.replace([relisted])  # type: ignore[list-item]
+    (key,) = store.keys()
+    assert key is relisted.key
+
+
+@pytest.mark.parametrize(
+    "version", ["\u0661\u0662\u0663", "\uff10\uff11", "\u00b2", "9" * 20, "9" * 5000]
+)
+def test_a_version_not_an_ascii_int64_decimal_is_kept_as_it_came(version: str) -> None:
+    kept = objects.Identity.of(secret(version=version))
+    assert objects.meta(kept)["resourceVersion"] == version
+
+
+def test_a_version_that_is_not_a_string_does_not_break_the_view() -> None:
+    """No API server sends one; if one did, the informer must not fail on it (a transform that
+    raises stops the list, and the cache would never sync)."""
+    raw = secret()
+    raw["metadata"]["resourceVersion"] = 5
+    version: object = objects.meta(objects.Identity.of(raw))["resourceVersion"]
+    assert version == "5"

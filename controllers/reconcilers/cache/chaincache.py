@@ -24,7 +24,9 @@ from controllers.runtime.store import IndexFunc
 @dataclass(frozen=True)
 class ChainCache:
     all_secrets: Informer
-    """Every Secret, metadata only: which exist, at which resourceVersion."""
+    """Every Secret, metadata only: which exist, at which resourceVersion. Its objects are
+    ``objects.Identity`` (read-only mappings, typed ``Body`` by the informer): read them, never
+    write to them or encode them as JSON."""
     managed: Informer
     """Secrets labelled ``app.kubernetes.io/managed-by=rotator``: derived and route config."""
     policies: Informer
