@@ -168,8 +168,7 @@ class Identity(Mapping[str, Any]):
 
     @classmethod
     def of(cls, obj: Mapping[str, Any]) -> Identity:
-        md = meta(obj)
-        return cls(make_key(md.get("namespace", ""), md.get("name", "")), md.get("resourceVersion"))
+        return cls(key_of(obj), meta(obj).get("resourceVersion"))
 
     @property
     def resource_version(self) -> str | None:
