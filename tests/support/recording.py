@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Self
+from collections.abc import Sequence
+from typing import Self, TypeVar
 
 from controllers.runtime import client as clients
 from controllers.runtime.informer import Informer
 from controllers.runtime.objects import Body, Resource
+
+T = TypeVar("T")
 
 
 class LatestStates:
@@ -45,7 +48,9 @@ class WatchedStates(LatestStates):
 
     def __enter__(self) -> Self:
         self._informer.start()
-        self._informer.wait_for_sync(30)
+        if not self._informer.wait_for_sync(30):
+            self._informer.stop()
+            raise TimeoutError(f"the watch of {self._informer.resource} did not sync in 30 s")
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -54,5 +59,9 @@ class WatchedStates(LatestStates):
 
 def percentile(values: list[float], p: float) -> float:
     """The nearest-rank percentile (p from 0 to 100) of a non-empty list."""
-    ordered = sorted(values)
+    return nearest_rank(sorted(values), p)
+
+
+def nearest_rank(ordered: Sequence[T], p: float) -> T:
+    """The item at the nearest-rank percentile ``p`` (0 to 100) of a non-empty sorted sequence."""
     return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
