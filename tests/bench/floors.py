@@ -28,21 +28,20 @@ controller figure means little until it is set against what the API server allow
 from __future__ import annotations
 
 import base64
+import functools
 import itertools
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Self
 
 from controllers.reconcilers import api as rapi
 from controllers.runtime import apply, objects
 from controllers.runtime import client as clients
-from controllers.runtime.informer import Informer
 from controllers.runtime.objects import Body, Resource
 from tests.support import audit, scale
-from tests.support.polling import wait_for
-from tests.support.recording import LatestStates
+from tests.support.recording import WatchedStates, nearest_rank
 
 RESOURCES: dict[str, Resource] = {
     r.plural: r
@@ -110,7 +109,8 @@ class Replay:
 
     calls: list[Callable[[], object]] = field(default_factory=list)
     skipped: int = 0
-    """Requests of the mix the floor could not make again (their object is gone)."""
+    """Requests of the mix the floor could not make again (their object is gone, or a write it
+    has no body for)."""
 
     def run(self, threads: int) -> scale.Timing:
         return scale.in_parallel(lambda i: self.calls[i](), len(self.calls), threads)
@@ -130,30 +130,19 @@ def replay(api: clients.Client, requests: Sequence[audit.Request]) -> Replay:
             out.skipped += 1
             continue
         resource = RESOURCES[r.resource]
+        applied = functools.partial(apply.apply, api, resource, field_manager=rapi.FIELD_MANAGER)
         if r.verb == "get":
-            out.calls.append(_call(api.get, resource, r.name, namespace=r.namespace))
+            out.calls.append(functools.partial(api.get, resource, r.name, namespace=r.namespace))
         elif r.resource == "events":
-            out.calls.append(_call(api.create, resource, _event_copy(obj), namespace=r.namespace))
+            event = _event_copy(obj)
+            out.calls.append(functools.partial(api.create, resource, event, namespace=r.namespace))
         elif r.subresource == "status":
-            body = _status_moved(obj)
-            out.calls.append(_apply(api, resource, body, "status"))
+            out.calls.append(functools.partial(applied, _status_moved(obj), subresource="status"))
         elif r.resource == "secrets":
-            out.calls.append(_apply(api, resource, _secret_copy(obj), ""))
+            out.calls.append(functools.partial(applied, _secret_copy(obj)))
         else:
             out.skipped += 1
     return out
-
-
-def _call(fn: Callable[..., object], *args: Any, **kwargs: Any) -> Callable[[], object]:
-    return lambda: fn(*args, **kwargs)
-
-
-def _apply(
-    api: clients.Client, resource: Resource, body: Body, subresource: str
-) -> Callable[[], object]:
-    return lambda: apply.apply(
-        api, resource, body, field_manager=rapi.FIELD_MANAGER, subresource=subresource
-    )
 
 
 # --- the propagation floor ---------------------------------------------------------------------
@@ -182,10 +171,11 @@ class Hop:
     config_written: float = 0.0
 
 
-class Relay(LatestStates):
+class Relay(WatchedStates):
     """The bare client of the propagation floor: three Secrets of its own in ``namespace``
     (a source, a derived Secret, a route config shaped like chain 0's and labelled as route
-    configs are, so the benchmark's watch times it) and one watch on them."""
+    configs are, so the benchmark's watch times it) and one watch on them, started by ``with``
+    (which creates the source first)."""
 
     def __init__(
         self, api: clients.Client, namespace: str, derived: Body, config: Body, route_name: str
@@ -197,13 +187,9 @@ class Relay(LatestStates):
         self.config = rapi.route_config_secret_name(f"{FLOOR_PREFIX}{route_name}")
         self._derived_body = self._shaped(derived, self.derived)
         self._config_body = self._shaped(config, self.config)
-        self._key: dict[str, str] = {}
         self.hops: dict[str, Hop] = {}
         self._lock = threading.Lock()
-        self._informer = Informer(
-            api, objects.SECRETS, namespaces=[namespace], label_selector=RELAY_LABEL
-        )
-        self._informer.add_handler(self)
+        super().__init__(api, objects.SECRETS, namespace, label_selector=RELAY_LABEL)
 
     def _shaped(self, template: Body, name: str) -> Body:
         body = _secret_copy(template)
@@ -218,18 +204,13 @@ class Relay(LatestStates):
         """``namespace/name`` of the relay's route config, as the benchmark's watch names it."""
         return f"{self._namespace}/{self.config}"
 
-    def start(self, timeout: float = 60) -> Relay:
+    def __enter__(self) -> Self:
         body = {
             "metadata": {"name": self.source, "labels": {RELAY_LABEL: "yes"}},
             "data": {"apiKey": base64.b64encode(b"floor-initial").decode()},
         }
         self._api.create(objects.SECRETS, body, namespace=self._namespace)
-        self._informer.start()
-        wait_for(self._informer.has_synced, timeout=timeout, what="the relay's watch")
-        return self
-
-    def stop(self) -> None:
-        self._informer.stop()
+        return super().__enter__()
 
     def send(self, key: str) -> None:
         """Updates the source to ``key`` (a JSON merge patch, as the benchmark updates a chain's)."""
@@ -242,12 +223,12 @@ class Relay(LatestStates):
         name = objects.name(obj)
         if name not in (self.source, self.derived):
             return
-        key = base64.b64decode((obj.get("data") or {}).get("apiKey", "")).decode(errors="replace")
+        encoded = (obj.get("data") or {}).get("apiKey", "")
+        key = base64.b64decode(encoded).decode(errors="replace")
         with self._lock:
             hop = self.hops.get(key)
         if hop is None:
             return
-        encoded = (obj.get("data") or {})["apiKey"]
         if name == self.source and not hop.source_seen:
             hop.source_seen = time.time()
             body = {**self._derived_body, "data": {**self._derived_body["data"], "apiKey": encoded}}
@@ -307,8 +288,8 @@ def controller_stages(
     """Seconds in each of :data:`CONTROLLER_STAGES` for ``sample``, from the audit log of the
     controller's requests (None when one of its three requests is not in it)."""
     namespace = fleet.chain_namespace(sample.chain)
-    config = fleet.route_config(sample.chain).split("/", 1)[1]
-    derived = rapi.derived_secret_name(f"p-{sample.chain:05d}")
+    config = rapi.route_config_secret_name(fleet.route(sample.chain))
+    derived = rapi.derived_secret_name(fleet.policy(sample.chain))
 
     def first(verb: str, name: str, after: float) -> audit.Request | None:
         return next(
@@ -361,5 +342,4 @@ def gaps(*marks: float) -> tuple[float, ...]:
 
 def at_percentile(samples: Sequence[Sample], p: float) -> Sample:
     """The sample whose latency is the nearest-rank ``p`` percentile (as ``percentile``)."""
-    ordered = sorted(samples, key=lambda s: s.latency)
-    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
+    return nearest_rank(sorted(samples, key=lambda s: s.latency), p)

@@ -31,7 +31,7 @@ import functools
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from controllers import logs
@@ -165,16 +165,15 @@ def main() -> None:
         propagation_requests = log.since(mark)
         print(f"propagation done ({len(samples)} updates)", flush=True)
 
-        first = fleet.chain_namespace(0)
-        relay = floors.Relay(
+        first, route = fleet.chain_namespace(0), fleet.route(0)
+        with floors.Relay(
             api,
             first,
-            api.get(objects.SECRETS, rapi.derived_secret_name("p-00000"), namespace=first),
-            api.get(objects.SECRETS, rapi.route_config_secret_name("r-00000"), namespace=first),
-            "r-00000",
-        ).start()
-        floor_samples = propagation_floor(relay, routes, len(samples), args.timeout)
-        relay.stop()
+            api.get(objects.SECRETS, rapi.derived_secret_name(fleet.policy(0)), namespace=first),
+            api.get(objects.SECRETS, rapi.route_config_secret_name(route), namespace=first),
+            route,
+        ) as relay:
+            floor_samples = propagation_floor(relay, routes, len(samples), args.timeout)
         routes.stop()
         print(f"propagation floor done ({len(floor_samples)} updates)", flush=True)
 
@@ -325,16 +324,8 @@ def propagation(
     count = min(updates, fleet.chains)
     for k in range(count):
         i = k * fleet.chains // count
-        where, key = fleet.route_config(i), fleet.key(i, k + 1)
-        sent = time.time()
-        fleet.rotate(api, i, k + 1)
-        arrived = wait_for(
-            functools.partial(routes.since, where, key),
-            timeout=timeout,
-            interval=0.005,
-            what=f"update {k} in {where}",
-        )
-        samples.append(floors.Sample(i, key, sent, arrived))
+        send = functools.partial(fleet.rotate, api, i, k + 1)
+        samples.append(timed(send, routes, fleet.route_config(i), fleet.key(i, k + 1), i, timeout))
     return samples
 
 
@@ -342,19 +333,32 @@ def propagation_floor(
     relay: floors.Relay, routes: scale.RouteConfigs, updates: int, timeout: float
 ) -> list[floors.Sample]:
     """The same figure for the relay of the propagation floor (no controller running)."""
-    samples = []
-    for k in range(updates):
-        key = f"sk-floor-{k:05d}"
-        sent = time.time()
-        relay.send(key)
-        arrived = wait_for(
-            functools.partial(routes.since, relay.where, key),
-            timeout=timeout,
-            interval=0.005,
-            what=f"floor update {k}",
-        )
-        samples.append(floors.Sample(-1, key, sent, arrived))
-    return samples
+    keys = [f"sk-floor-{k:05d}" for k in range(updates)]
+    return [
+        timed(functools.partial(relay.send, key), routes, relay.where, key, -1, timeout)
+        for key in keys
+    ]
+
+
+def timed(
+    send: Callable[[], object],
+    routes: scale.RouteConfigs,
+    where: str,
+    key: str,
+    chain: int,
+    timeout: float,
+) -> floors.Sample:
+    """One update: ``send`` it, then wait for the route config ``where`` to hold ``key`` (wall
+    clock, as the audit log's)."""
+    sent = time.time()
+    send()
+    arrived = wait_for(
+        functools.partial(routes.since, where, key),
+        timeout=timeout,
+        interval=0.005,
+        what=f"{key} in {where}",
+    )
+    return floors.Sample(chain, key, sent, arrived)
 
 
 def breakdown(
@@ -369,30 +373,35 @@ def breakdown(
     stage, for the controller (from the audit log) and for the floor (from the relay)."""
     print("\nwhere a propagation's time goes (ms): the p99 sample, and each stage's median")
     staged = [(s, floors.controller_stages(s, fleet, requests)) for s in samples]
-    found = [(s, st) for s, st in staged if st is not None]
-    if found:
-        p99 = floors.at_percentile([s for s, _ in found], 99)
-        stages = dict(found)[p99]
-        print(f"  controller ({len(found)} of {len(samples)} samples in the audit log):")
-        for n, label in enumerate(floors.CONTROLLER_STAGES):
-            median = percentile([st[n] for _, st in found], 50)
-            row(f"    {label}", f"{stages[n] * 1000:6.1f}  (median {median * 1000:.1f})")
-        row("    total", f"{p99.latency * 1000:6.1f}")
+    found = {s: st for s, st in staged if st is not None}
+    print_stages(
+        f"controller ({len(found)} of {len(samples)} samples in the audit log)",
+        floors.CONTROLLER_STAGES,
+        found,
+    )
     for name, (seconds, count) in queued.items():
         row(
             f"  {name} queue wait, mean over the updates",
             f"{seconds / count * 1000:.1f} ms ({count:.0f} keys)" if count else "-",
         )
-    hops = [(s, relay.hops[s.key]) for s in floor_samples if s.key in relay.hops]
-    if hops:
-        p99 = floors.at_percentile([s for s, _ in hops], 99)
-        stages = floors.floor_stages(p99, relay.hops[p99.key])
-        all_stages = [floors.floor_stages(s, h) for s, h in hops]
-        print("  floor:")
-        for n, label in enumerate(floors.FLOOR_STAGES):
-            median = percentile([st[n] for st in all_stages], 50)
-            row(f"    {label}", f"{stages[n] * 1000:6.1f}  (median {median * 1000:.1f})")
-        row("    total", f"{p99.latency * 1000:6.1f}")
+    hops = {
+        s: floors.floor_stages(s, relay.hops[s.key]) for s in floor_samples if s.key in relay.hops
+    }
+    print_stages("floor", floors.FLOOR_STAGES, hops)
+
+
+def print_stages(
+    title: str, labels: Sequence[str], stages: Mapping[floors.Sample, tuple[float, ...]]
+) -> None:
+    """Each stage of the p99 sample of ``stages``, and each stage's median over them all."""
+    if not stages:
+        return
+    p99 = floors.at_percentile(list(stages), 99)
+    print(f"  {title}:")
+    for n, label in enumerate(labels):
+        median = percentile([st[n] for st in stages.values()], 50)
+        row(f"    {label}", f"{stages[p99][n] * 1000:6.1f}  (median {median * 1000:.1f})")
+    row("    total", f"{p99.latency * 1000:6.1f}")
 
 
 def ratio(a: float, b: float) -> str:

@@ -235,9 +235,17 @@ class Fleet:
     def source_secret(i: int) -> str:
         return f"key-{i:05d}"
 
+    @staticmethod
+    def policy(i: int) -> str:
+        return f"p-{i:05d}"
+
+    @staticmethod
+    def route(i: int) -> str:
+        return f"r-{i:05d}"
+
     def route_config(self, i: int) -> str:
         """``namespace/name`` of chain ``i``'s route config Secret."""
-        return f"{self.chain_namespace(i)}/{rapi.route_config_secret_name(f'r-{i:05d}')}"
+        return f"{self.chain_namespace(i)}/{rapi.route_config_secret_name(self.route(i))}"
 
     def initial_keys(self) -> dict[str, str]:
         """Route config → the key it holds once the controller has caught up with the build."""
@@ -256,9 +264,10 @@ class Fleet:
         def one(i: int) -> None:
             chain = Chain(api, self.chain_namespace(i))
             chain.secret(self.source_secret(i), apiKey=self.key(i))
-            chain.api_key_policy(f"p-{i:05d}", secret=self.source_secret(i), targets=[f"b-{i:05d}"])
-            chain.backend(f"b-{i:05d}")
-            chain.route(f"r-{i:05d}", [f"b-{i:05d}"])
+            backend = f"b-{i:05d}"
+            chain.api_key_policy(self.policy(i), secret=self.source_secret(i), targets=[backend])
+            chain.backend(backend)
+            chain.route(self.route(i), [backend])
 
         timing = in_parallel(one, self.chains, threads)
         return Timing(4 * self.chains, timing.seconds)
