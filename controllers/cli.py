@@ -33,7 +33,6 @@ from types import FrameType
 from typing import NoReturn
 
 import structlog
-from kubernetes import client as k8s_client
 
 import rotator
 from controllers import logs
@@ -41,7 +40,7 @@ from controllers.commands import entry as commands
 from controllers.reconcilers import api, credentialsources, setup
 from controllers.runtime import client as clients
 from controllers.runtime import clock as clocks
-from controllers.runtime import leaderelection, manager, restconfig, shards, tlsserving
+from controllers.runtime import kubelib, leaderelection, manager, restconfig, shards, tlsserving
 from controllers.runtime import metrics as metric_families
 from controllers.runtime.informer import InformerOptions
 from rotator.providers import azure_endpoints
@@ -478,7 +477,7 @@ def _chain_options(args: argparse.Namespace) -> setup.ChainOptions:
 
 def _run_sharded(
     args: argparse.Namespace,
-    api_client: k8s_client.ApiClient,
+    api_client: kubelib.Connection,
     shard_options: shards.ShardOptions,
     identity: str,
     stop: threading.Event | None,

@@ -9,12 +9,10 @@ import sys
 import time
 from typing import TextIO
 
-from kubernetes.config.config_exception import ConfigException
-
 from controllers.commands import renew, servedby, status, target
 from controllers.commands.errors import EXIT_OK, CommandError, UsageError
 from controllers.runtime import clock as clocks
-from controllers.runtime import errors, restconfig
+from controllers.runtime import errors, kubelib, restconfig
 from rotator import durations
 
 COMMANDS = ("status", "renew")
@@ -115,7 +113,7 @@ def run(
         else:
             options = renew.RenewOptions(wait=args.wait, timeout=args.timeout)
             renew.renew(where, options, clock=clock, sleep=time.sleep, out=out, err=err)
-    except (restconfig.ConfigNotFound, ConfigException) as exc:
+    except (restconfig.ConfigNotFound, kubelib.ConfigException) as exc:
         return _failed(UsageError(str(exc)), err)
     except CommandError as exc:
         return _failed(exc, err)

@@ -14,11 +14,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from kubernetes.config import kube_config
-
 from controllers.commands.errors import UsageError
 from controllers.reconcilers import api
-from controllers.runtime import apiclient, restconfig
+from controllers.runtime import apiclient, kubelib, restconfig
 from controllers.runtime import client as clients
 
 SHORT_NAME = "bsp"  # the CRD's shortNames (config/crd/bases)
@@ -101,6 +99,6 @@ def default_namespace(
 def context_namespace(kubeconfig: str) -> str:
     """The current context's namespace in ``kubeconfig`` (``os.pathsep``-separated files are
     merged, as kubectl does), or ``default``."""
-    _, current = kube_config.list_kube_config_contexts(config_file=kubeconfig)  # type: ignore[no-untyped-call]
+    _, current = kubelib.kube_config.list_kube_config_contexts(config_file=kubeconfig)
     context = (current or {}).get("context") or {}
     return str(context.get("namespace") or DEFAULT_NAMESPACE)

@@ -1,7 +1,9 @@
 """A JSON client for the Kubernetes REST API, on top of the kubernetes package's transport.
 
-We reuse ``kubernetes.client.ApiClient`` for what it does well — kubeconfig and in-cluster
-authentication, TLS, token refresh, connection pooling — and skip its generated model classes:
+We reuse the kubernetes package for what it does well — kubeconfig and in-cluster
+authentication, TLS, token refresh, connection pooling (a :class:`Transport`:
+``controllers.runtime.kubelib.Connection``, or the package's ``ApiClient``) — and skip its
+generated model classes:
 requests and responses are plain JSON, responses decoded once, by orjson: the caches are filled
 from list and watch bodies, and the standard library's decoder took 15 % of a restart's CPU;
 orjson takes half as long and gives the same dicts, lists and strings (it refuses invalid UTF-8
@@ -34,7 +36,6 @@ from urllib.parse import quote
 
 import orjson
 import urllib3
-from kubernetes.client import ApiClient
 
 from controllers.runtime import errors
 from controllers.runtime.objects import Body, Resource
@@ -157,6 +158,20 @@ class WatchStream:
             self._response.release_conn()
 
 
+class Transport(Protocol):
+    """What the client sends on: the configuration (host, the token hook), the connection
+    pool built from it, and the headers of every request."""
+
+    @property
+    def configuration(self) -> Any: ...
+
+    @property
+    def rest_client(self) -> Any: ...
+
+    @property
+    def default_headers(self) -> dict[str, str]: ...
+
+
 class Client:
     """Typed CRUD, list and watch over :class:`~.objects.Resource` types, in plain JSON.
 
@@ -166,7 +181,7 @@ class Client:
 
     def __init__(
         self,
-        api_client: ApiClient,
+        api_client: Transport,
         *,
         timeout: float = 30.0,
         metrics: RequestMetrics | None = None,
@@ -380,7 +395,7 @@ class Client:
         timeout: float | tuple[float, float] | None = None,
     ) -> urllib3.HTTPResponse:
         timeout = self._bounded(timeout if timeout is not None else self._timeout, method, path)
-        # The request is built here and sent on the ApiClient's own connection pool (its TLS,
+        # The request is built here and sent on the transport's connection pool (its TLS,
         # client certificate and proxy settings), not through ApiClient.param_serialize and
         # call_api: those walk every body to "sanitize" it, and run the kubeconfig loader's
         # token hook, which re-reads the proxy environment, on every request — 0.5 ms of CPU a

@@ -14,9 +14,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from kubernetes import client as k8s_client
-from kubernetes import config as k8s_config
-from kubernetes.config.incluster_config import InClusterConfigLoader
+from controllers.runtime import kubelib
 
 IN_CLUSTER_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 
@@ -31,9 +29,9 @@ def load(
     in_cluster_dir: str = IN_CLUSTER_DIR,
     environ: Mapping[str, str] = os.environ,
     pool_size: int = 32,
-) -> k8s_client.ApiClient:
-    """An API client for the first source that exists (see the module docstring)."""
-    configuration = k8s_client.Configuration()
+) -> kubelib.Connection:
+    """A connection for the first source that exists (see the module docstring)."""
+    configuration = kubelib.Configuration()
     configuration.connection_pool_maxsize = pool_size
     explicit = kubeconfig or environ.get("KUBECONFIG")
     if explicit:
@@ -41,23 +39,27 @@ def load(
         missing = [p for p in paths if not Path(p).is_file()]
         if missing:
             raise ConfigNotFound(f"kubeconfig file not found: {', '.join(missing)}")
-        k8s_config.load_kube_config(config_file=explicit, client_configuration=configuration)  # type: ignore[no-untyped-call]
+        kubelib.kube_config.load_kube_config(
+            config_file=explicit, client_configuration=configuration
+        )
     elif in_cluster_available(in_cluster_dir, environ):
-        loader = InClusterConfigLoader(  # type: ignore[no-untyped-call]
+        loader = kubelib.InClusterConfigLoader(
             token_filename=str(Path(in_cluster_dir) / "token"),
             cert_filename=str(Path(in_cluster_dir) / "ca.crt"),
             environ=environ,
         )
-        loader.load_and_set(configuration)  # type: ignore[no-untyped-call]
+        loader.load_and_set(configuration)
     elif (home := Path.home() / ".kube" / "config").is_file():
-        k8s_config.load_kube_config(config_file=str(home), client_configuration=configuration)  # type: ignore[no-untyped-call]
+        kubelib.kube_config.load_kube_config(
+            config_file=str(home), client_configuration=configuration
+        )
     else:
         raise ConfigNotFound(
             "no Kubernetes configuration: pass --kubeconfig, set KUBECONFIG, run in a cluster "
             f"(KUBERNETES_SERVICE_HOST and {in_cluster_dir}/token), or create ~/.kube/config"
         )
     configuration.connection_pool_maxsize = pool_size
-    return k8s_client.ApiClient(configuration)
+    return kubelib.connection(configuration)
 
 
 def in_cluster_available(in_cluster_dir: str, environ: Mapping[str, str] = os.environ) -> bool:

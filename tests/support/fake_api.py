@@ -127,7 +127,7 @@ class FakeTransport:
         return _RestClient(_PoolManager(self))
 
     def client(self, timeout: float = 30.0) -> clients.Client:
-        return clients.Client(self, timeout=timeout)  # type: ignore[arg-type]
+        return clients.Client(self, timeout=timeout)
 
     def send(self, request: Request) -> _Response:
         with self._lock:

@@ -47,7 +47,7 @@ def client_replying(reply: Reply) -> tuple[FakeTransport, clients.Client]:
         return reply
 
     transport = FakeTransport(fault=fault)
-    return transport, clients.Client(transport, limits=LIMITS)  # type: ignore[arg-type]
+    return transport, clients.Client(transport, limits=LIMITS)
 
 
 def test_an_endless_object_body_is_cut_at_the_bound_without_reading_it_all() -> None:
@@ -149,7 +149,7 @@ def test_the_largest_secret_is_read_and_one_byte_over_the_object_bound_is_not() 
     largest = secret_json("big")
 
     def read(body: bytes) -> objects.Body:
-        api = clients.Client(FakeTransport(fault=lambda _: Reply(200, data=body)))  # type: ignore[arg-type]
+        api = clients.Client(FakeTransport(fault=lambda _: Reply(200, data=body)))
         return api.get(objects.SECRETS, "big", namespace="ns")
 
     assert len(read(largest + b"}")["data"]["k"]) > 1 << 20
@@ -205,7 +205,7 @@ def test_a_views_page_of_its_largest_usual_objects_is_read_and_one_byte_more_is_
 
     def page(body: bytes) -> objects.Body:
         transport = FakeTransport(fault=lambda _: Reply(200, data=body))
-        api = clients.Client(transport)  # type: ignore[arg-type]
+        api = clients.Client(transport)
         return api.list(informer.resource, namespace="ns", limit=count, max_bytes=bound)
 
     assert len(page(head + b"}")["items"]) == count
@@ -235,7 +235,7 @@ def test_a_body_is_held_once_while_it_is_read(monkeypatch: pytest.MonkeyPatch) -
     address space (yyjson's value pool), which only the values it writes make resident."""
     size = 16 << 20
     body = exactly(size, b'{"items": []')
-    api = clients.Client(FakeTransport(fault=lambda _: Reply(200, data=body)))  # type: ignore[arg-type]
+    api = clients.Client(FakeTransport(fault=lambda _: Reply(200, data=body)))
     decode = orjson.loads
     peaks: list[int] = []
 

@@ -81,7 +81,7 @@ def test_a_body_is_sent_as_ascii_whatever_text_it_carries() -> None:
 
 def test_a_request_timeout_reaches_the_pool_as_urllib3_bounds_it() -> None:
     transport = FakeTransport()
-    client = clients.Client(transport, timeout=7.5)  # type: ignore[arg-type]
+    client = clients.Client(transport, timeout=7.5)
     transport.objects["/api/v1/namespaces/n/secrets/s"] = {"metadata": {"name": "s"}}
     client.get(objects.SECRETS, "s", namespace="n")
     assert transport.requests[0].timeout == 7.5
