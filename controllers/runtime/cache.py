@@ -62,6 +62,7 @@ class Cache:
         page_size: int | None = None,
         page_bytes: int | None = None,
         item_bytes: int | None = None,
+        own_keys: frozenset[str] = frozenset(),
     ) -> Informer:
         """The informer for this view, created on first use (and started if the cache is).
 
@@ -70,8 +71,9 @@ class Cache:
         ``page_size`` overrides the list page size for views whose objects may be large (a
         page is held whole while it is decoded); ``page_bytes`` the byte bound of a page, or
         ``item_bytes`` the bytes of one object of the kind that bound is made of (default:
-        :func:`~.informer.page_bytes` of the page size and view). They apply when the view
-        is first created.
+        :func:`~.informer.page_bytes` of the page size and view); ``own_keys`` the label and
+        annotation keys whose maps may share key tables (:class:`~.compaction.Compactor`).
+        They apply when the view is first created.
         """
         view = View(resource, metadata_only, label_selector)
         with self._lock:
@@ -93,6 +95,7 @@ class Cache:
                     transform=transform,
                     options=options,
                     shard=self._shard,
+                    own_keys=own_keys,
                 )
                 self._informers[view] = informer
                 if self._started:

@@ -136,7 +136,10 @@ class Informer:
         transform: Transform | None = None,
         options: InformerOptions | None = None,
         shard: sharding.ShardFilter | None = None,
+        own_keys: frozenset[str] = frozenset(),
     ) -> None:
+        """``own_keys``: the label and annotation keys the controller writes itself, whose maps
+        may share key tables (:class:`~.compaction.Compactor`)."""
         self.resource = resource
         self._shard = shard if resource.namespaced else None
         self._shard_selector = self._shard.selector if self._shard is not None else None
@@ -158,7 +161,7 @@ class Informer:
         )
         self._label_selector = label_selector
         self._field_selector = field_selector
-        compact = Compactor()
+        compact = Compactor(own_keys=own_keys)
         self._transform: Transform = (
             (lambda obj: compact(strip_never_read(obj)))
             if transform is None

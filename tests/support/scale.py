@@ -126,19 +126,20 @@ def controller_pid(controller: ControllerProcess) -> int:
 
 # --- what the controller caches of each object -------------------------------------------------
 
-CACHED_VIEWS: dict[str, tuple[objects.Resource, bool, str | None, Transform]] = {
-    "BackendSecurityPolicy": (rapi.POLICIES, False, None, crviews.policy),
-    "ServiceBackend": (rapi.BACKENDS, False, None, crviews.backend),
-    "Route": (rapi.ROUTES, False, None, crviews.route),
+_NONE: frozenset[str] = frozenset()
+CACHED_VIEWS: dict[str, tuple[objects.Resource, bool, str | None, Transform, frozenset[str]]] = {
+    "BackendSecurityPolicy": (rapi.POLICIES, False, None, crviews.policy, _NONE),
+    "ServiceBackend": (rapi.BACKENDS, False, None, crviews.backend, _NONE),
+    "Route": (rapi.ROUTES, False, None, crviews.route, _NONE),
     "Secret, metadata view (every Secret)": (
-        objects.SECRETS, True, None, secretviews.identity_only
+        objects.SECRETS, True, None, secretviews.identity_only, _NONE
     ),
     "Secret, managed view (derived and route config)": (
-        objects.SECRETS, False, rapi.MANAGED_SELECTOR, secretviews.managed
+        objects.SECRETS, False, rapi.MANAGED_SELECTOR, secretviews.managed, secretviews.OWN_KEYS
     ),
 }  # fmt: skip
-"""Resource, metadata-only, label selector and view of each cache, as
-``controllers/reconcilers/cache/chaincache.py`` makes them."""
+"""Resource, metadata-only, label selector, view and own label and annotation keys of each
+cache, as ``controllers/reconcilers/cache/chaincache.py`` makes them."""
 
 
 def cached_bytes(api: clients.Client, namespace: str) -> dict[str, tuple[int, float]]:
@@ -150,14 +151,14 @@ def cached_bytes(api: clients.Client, namespace: str) -> dict[str, tuple[int, fl
     of interned strings grows while a kind is measured, the kind is charged with the new table
     (at 10,000 chains the policies' 5.5 KB held ~3.5 KB of it: 2.0 KB at 50 chains)."""
     held: dict[str, tuple[int, float]] = {}
-    for label, (resource, metadata_only, selector, view) in CACHED_VIEWS.items():
+    for label, (resource, metadata_only, selector, view, own_keys) in CACHED_VIEWS.items():
         listed = api.list(
             resource, namespace=namespace, metadata_only=metadata_only, label_selector=selector
         )
         events = [json.dumps(item) for item in listed.get("items") or []]
         if not events:
             continue
-        compact = Compactor()
+        compact = Compactor(own_keys=own_keys)
         compact(view(strip_never_read(json.loads(events[0]))))  # its shapes, as a warm cache has
         tracemalloc.start()
         try:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import sys
+import tracemalloc
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -159,8 +161,42 @@ def test_user_keyed_maps_make_no_shapes_and_the_table_is_bounded() -> None:
     assert compactor.shapes == 8
 
 
+def traced(make: Callable[[], list[Any]]) -> tuple[int, list[Any]]:
+    """What ``make`` returns, and the bytes it holds allocated (``tracemalloc``)."""
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        made = make()
+        return tracemalloc.get_traced_memory()[0] - before, made
+    finally:
+        tracemalloc.stop()
+
+
 def test_a_dict_with_more_keys_than_cpython_shares_stays_plain() -> None:
     wide = decoded({"spec": {f"f{i}": i for i in range(MAX_SHARED_KEYS + 1)}})
     compactor = Compactor()
     assert compactor(wide) == wide
     assert compactor.shapes == 1, "only the outer dict"
+
+
+def test_maps_of_the_controllers_own_keys_share_and_others_stay_plain() -> None:
+    """Labels and annotations whose keys are all the compactor's ``own_keys`` (rotator's, on
+    the Secrets it writes) share one key table; one other key keeps the map plain, so a
+    tenant's keys still make no shape. Mutation caught: ignoring ``own_keys`` (the own maps are
+    plain: larger), or sharing any map that holds one own key (the tenant's keys then make
+    shapes)."""
+    own = frozenset({"app.kubernetes.io/managed-by", "rotator.dev/policy"})
+    compactor = Compactor(own_keys=own)
+    secret = {"metadata": {"name": "s", "labels": dict.fromkeys(sorted(own), "x")}}
+    events = [decoded(secret) for _ in range(200)]
+    shared_bytes, kept = traced(lambda: [compactor(e)["metadata"]["labels"] for e in events])
+    other = Compactor()
+    plain_bytes, plain = traced(lambda: [other(e)["metadata"]["labels"] for e in events])
+    assert kept == plain == [secret["metadata"]["labels"]] * 200
+    assert shared_bytes < plain_bytes * 0.8, (shared_bytes, plain_bytes)  # measured: 0.72
+    before = compactor.shapes
+    for i in range(100):
+        labels = {**dict.fromkeys(own, "x"), f"tenant-{i}": "v"}
+        got = compactor(decoded({"metadata": {"name": "s", "labels": labels}}))
+        assert got["metadata"]["labels"] == labels
+    assert compactor.shapes == before, "a map with a key not its own makes no shape"

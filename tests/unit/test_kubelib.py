@@ -10,6 +10,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from kubernetes.client import ApiClient
 
 from controllers.runtime import kubelib, restconfig
 
@@ -110,8 +111,6 @@ def test_a_broken_kubeconfig_raises_the_exception_the_cli_catches(tmp_path: Path
 
 
 def test_the_user_agent_is_the_one_apiclient_sends() -> None:
-    from kubernetes.client import ApiClient
-
     assert ApiClient().default_headers["User-Agent"] == kubelib.USER_AGENT
 
 

@@ -48,6 +48,7 @@ def chain_cache(cache: Cache, by_type: Mapping[str, CredentialSource]) -> ChainC
             label_selector=api.MANAGED_SELECTOR,
             transform=secretviews.managed,
             page_size=secretviews.MANAGED_PAGE_SIZE,
+            own_keys=secretviews.OWN_KEYS,
         ),
         policies=custom(cache, api.POLICIES, crviews.policy),
         backends=custom(cache, api.BACKENDS, crviews.backend),

@@ -52,6 +52,26 @@ be 1 MiB, so a page is at most ~70 MiB of transient memory however the labels ar
 _IDENTITY = ("name", "namespace", "resourceVersion")
 """What both views keep of every Secret's metadata: no uid (85 bytes, and an entry in the
 interning table, per Secret), which nothing rotator does with a Secret reads."""
+OWN_KEYS = frozenset(
+    {
+        api.MANAGED_BY_LABEL,
+        api.POLICY_LABEL,
+        api.ROUTE_LABEL,
+        api.OWNER_NAME_ANNOTATION,
+        api.EXPIRATION_ANNOTATION,
+        api.CREDENTIAL_HASH_ANNOTATION,
+        api.CONFIG_HASH_ANNOTATION,
+        api.CONFIG_INPUTS_ANNOTATION,
+        api.ISSUED_AT_ANNOTATION,
+        api.SPEC_HASH_ANNOTATION,
+        api.SOURCE_VERSION_ANNOTATION,
+        api.ANSWERED_REQUEST_ANNOTATION,
+    }
+)
+"""The label and annotation keys rotator writes on its Secrets (derived/, route/): maps of these
+keys alone share their key tables in the managed view's cache (``compaction``), ~240 bytes less
+per chain. A Secret with other labels or annotations keeps them in plain maps, as before;
+provider state (``state.rotator.dev/…``, a key per state) is one of those."""
 _NAMES = {
     "BackendSecurityPolicy": api.derived_secret_name,
     "Route": api.route_config_secret_name,
