@@ -116,8 +116,15 @@ class ShardOptions:
         return shard_lease_name(self.id, index, self.shards)
 
     @property
-    def member_prefix(self) -> str:
+    def members_prefix(self) -> str:
+        """Of every membership Lease, whatever the shard count (a long-dead one's is deleted)."""
         return f"{self.id}-member-"
+
+    @property
+    def member_prefix(self) -> str:
+        """Of the membership Leases of replicas with this shard count: the replicas the shards
+        are shared among. A replica with another count (a change of N under way) is not one."""
+        return f"{self.members_prefix}of-{self.shards}-"
 
     @property
     def member_lease(self) -> str:
@@ -322,7 +329,9 @@ class Coordinator:
         self._held: dict[int, _Held] = {}
         self._lock = threading.Lock()
         self._members: dict[str, tuple[dict[str, object], float]] = {}
-        self._single: tuple[dict[str, object], float, bool] | None = None
+        self._others: dict[str, tuple[dict[str, object], float, bool]] = {}
+        """Per Lease of another scheme (the single leader's, another shard count's): its spec
+        as last seen, since when (monotonic), and whether it was released long ago."""
         self._waiting_logged = False
         self._member: leaderelection.LeaderElector | None = None
         self._member_thread: threading.Thread | None = None
@@ -418,17 +427,8 @@ class Coordinator:
             if lease is not None:
                 elector.observe(lease)
         holdings = self._holdings()
-        single = leases.get(self._o.id)
-        if self._single_leader(single, now) and not self._waited_out(single, leases, holdings, now):
-            # an upgrade from one leader (the Lease named --leader-election-id): nothing is
-            # taken while it may still work, and nothing held is kept beside it
-            if not self._waiting_logged:
-                self._waiting_logged = True
-                self._log.info("shards.waiting_for_single_leader", lease=self._o.id)
-            for i in self.held():
-                self._give_back(i)
+        if self._held_back(leases, holdings, now):
             return
-        self._waiting_logged = False
         members = self._live_members(leases, now)
         plan = shareplan.plan(
             self._o.identity,
@@ -453,10 +453,49 @@ class Coordinator:
                 self._take(i)
                 wanted -= 1
 
-    def _single_leader(self, lease: Body | None, now: float) -> bool:
-        """Whether a replica that runs everything under one Lease (``--shards 1``: the Lease
-        named ``--leader-election-id``, today's and earlier releases') may still be working, or
-        about to: its Lease has a holder and changed less than its ``leaseDurationSeconds`` ago
+    def _held_back(
+        self, leases: dict[str, Body], holdings: dict[int, shareplan.Holding | None], now: float
+    ) -> bool:
+        """Whether a replica of another scheme may still work (an upgrade from one leader, the
+        Lease named --leader-election-id, or a change of the shard count): then nothing is
+        taken, and whatever is held is given back (drained, then released)."""
+        working = sorted(
+            name
+            for name, lease in self._other_schemes(leases).items()
+            if self._may_work(name, lease, now)
+            and not self._waited_out(lease, leases, holdings, now)
+        )
+        if not working:
+            self._waiting_logged = False
+            return False
+        if not self._waiting_logged:
+            self._waiting_logged = True
+            if self._o.id in working:
+                self._log.info("shards.waiting_for_single_leader", lease=self._o.id)
+            else:
+                self._log.info("shards.waiting_for_other_shard_count", leases=working)
+        for i in self.held():
+            self._give_back(i)
+        return True
+
+    def _other_schemes(self, leases: dict[str, Body]) -> dict[str, Body]:
+        """The Leases of another scheme over the same objects, by name: the single leader's
+        (``--shards 1``: the Lease named ``--leader-election-id``) and the shard Leases of
+        another shard count (``<id>-shard-<i>-of-<M>``, M not N: a change of N under way,
+        whose shards overlap these). Forgets what it remembered of a Lease now gone."""
+        found = {}
+        for name, lease in leases.items():
+            parsed = parse_shard_lease(self._o.id, name)
+            if name == self._o.id or (parsed is not None and parsed[1] != self._o.shards):
+                found[name] = lease
+        self._others = {k: v for k, v in self._others.items() if k in found}
+        return found
+
+    def _may_work(self, name: str, lease: Body, now: float) -> bool:
+        """Whether a replica of another scheme (:meth:`_other_schemes`) may still be working
+        under Lease ``name``, or about to. For the single leader's (a replica that runs
+        everything under one Lease: ``--shards 1``, today's and earlier releases'): its Lease
+        has a holder and changed less than its ``leaseDurationSeconds`` ago
         as seen here (the elector's own rule: a holder that stopped renewing is gone once it
         stood still that long), or it was released less than this replica's lease duration ago.
 
@@ -482,17 +521,20 @@ class Coordinator:
         the shards did (a rollback, or an old container restarted late): it takes the Lease and
         the shard holders give their shards back at their next round, as they do for any single
         leader that appears. What this returns is overruled when another replica already
-        waited the single leader out (:meth:`_waited_out`)."""
-        if lease is None:
-            self._single = None
-            return False
+        waited the single leader out (:meth:`_waited_out`).
+
+        The same holds, word for word, for a shard Lease of another shard count: a rolling
+        update from 6 shards to 4 waits for the last replica with 6 to stop and its released
+        Leases to stand still, as an upgrade from one leader does (the replicas with 6 take
+        each other's released shards meanwhile, as an old standby takes the single leader's
+        Lease)."""
         spec: dict[str, object] = dict(lease.get("spec") or {})
-        before = self._single
+        before = self._others.get(name)
         if before is not None and before[0] == spec:
             _, observed_at, long_ago = before
         else:
             observed_at, long_ago = now, self._released_long_ago(spec)
-        self._single = (spec, observed_at, long_ago)
+        self._others[name] = (spec, observed_at, long_ago)
         if spec.get("holderIdentity"):
             duration = float(str(spec.get("leaseDurationSeconds") or self._o.lease_duration))
             return now < observed_at + 2 * duration
@@ -501,7 +543,7 @@ class Coordinator:
 
     def _waited_out(
         self,
-        single: Body | None,
+        single: Body,
         leases: dict[str, Body],
         holdings: dict[int, shareplan.Holding | None],
         now: float,
@@ -524,9 +566,8 @@ class Coordinator:
         kind suite's replacement waited 16 s while it counted in the others' shares, so the
         shards it was to take were held by no one meanwhile. The times are two writers' wall
         clocks: a skew below the lease duration cannot make a shard taken while a single leader
-        wrote its Lease look taken a lease duration after."""
-        if single is None:
-            return False
+        wrote its Lease look taken a lease duration after. ``single`` may also be a shard Lease
+        of another shard count (:meth:`_may_work`): the same evidence holds for it."""
         spec: dict[str, object] = dict(single.get("spec") or {})
         renewed = clocks.read_rfc3339(spec.get("renewTime"))
         if renewed is None:
@@ -584,7 +625,7 @@ class Coordinator:
         seen: dict[str, tuple[dict[str, object], float]] = {}
         live = [self._o.identity]
         for name, lease in leases.items():
-            if not name.startswith(self._o.member_prefix):
+            if not name.startswith(self._o.members_prefix):
                 continue
             spec: dict[str, object] = dict(lease.get("spec") or {})
             before = self._members.get(name)
@@ -595,7 +636,8 @@ class Coordinator:
             renewed = clocks.read_rfc3339(spec.get("renewTime"))
             renewed_at = wall if renewed is None else renewed  # unread: by its changes alone
             if holder and now < observed_at + duration and wall < renewed_at + duration:
-                live.append(holder)
+                if name.startswith(self._o.member_prefix):  # a replica with this shard count
+                    live.append(holder)
             elif now >= observed_at + STALE_MEMBER and wall >= renewed_at + STALE_MEMBER:
                 # a replica gone long ago (each start has an identity of its own): its Lease
                 # would be listed every round for ever; deleted only if unchanged since read

@@ -92,6 +92,8 @@ pytestmark = pytest.mark.local_control_plane
 
 GATE = "--feature-gates=ShardedListAndWatch=true"
 SHARDS, REPLICAS = 6, 3
+OTHER_COUNT = 4
+"""The shard count of a replica of a release with another ``--shards`` (a change of N)."""
 NAMESPACES, API_KEYS_PER_NAMESPACE, STS_PER_NAMESPACE = 60, 4, 1
 """300 chains in each mode: 240 API-key chains and 60 STS chains."""
 SESSION_SECONDS = 60
@@ -143,13 +145,13 @@ class World:
     def live(self) -> list[Replica]:
         return [r for r in self.replicas if r.ended_at is None]
 
-    def start_replica(self) -> Replica:
+    def start_replica(self, shards: int = SHARDS) -> Replica:
         n = len(self.replicas)
         workdir = self.workdir / f"replica-{n}"
         workdir.mkdir()
         kubeconfig = service_account_kubeconfig(self.cp, self.api, workdir / "kubeconfig")
         args = (
-            "--shards", str(SHARDS),
+            "--shards", str(shards),
             "--leader-election-namespace", manifests.NAMESPACE,
             "--leader-election-id", self.lease_id,
             "--leader-election-lease-duration", str(LEASE_DURATION),
@@ -293,14 +295,15 @@ class Change:
 
 
 def changes(world: World, *, since: float) -> list[Change]:
-    """Every change of a shard Lease's holder delivered after ``since``, in order."""
-    prefix = f"{world.lease_id}-shard-"
+    """Every change of a shard Lease's holder delivered after ``since``, in order (of the
+    Leases of :data:`SHARDS` shards)."""
     last: dict[int, tuple[str, dict[str, Any]]] = {}
     out: list[Change] = []
     for seen in world.leases.events():
-        if not seen.name.startswith(prefix) or seen.type == "DELETED":
+        parsed = shards.parse_shard_lease(world.lease_id, seen.name)
+        if parsed is None or parsed[1] != SHARDS or seen.type == "DELETED":
             continue
-        index = int(seen.name.removeprefix(prefix).split("-", 1)[0])
+        index = parsed[0]
         spec = dict(seen.obj.get("spec") or {})
         holder = str(spec.get("holderIdentity") or "")
         before, previous = last.get(index, ("", {}))
@@ -676,6 +679,58 @@ def test_scaling_to_one_and_back_hands_shards_over_as_they_are_released(world: W
     assert_series_follow_the_shards(world)
     assert_no_overlap(world)
     check_credentials(world, since=began, what="3 → 1 → 3")
+
+
+def test_a_replica_with_another_shard_count_takes_nothing_while_these_shards_are_held(
+    world: World,
+) -> None:
+    """A change of N under way (a rolling update from 6 shards to 4): a replica with 4 shards
+    beside three with 6 takes none of its own, whose namespaces overlap theirs, and is not
+    counted in their share, so none of theirs moves; it stops gracefully having reconciled
+    nothing. (Its taking over once they are gone is the single leader's rule, unit-tested in
+    tests/unit/test_shards.py.)"""
+    live = world.three_settled()
+    began = time.time()
+    before = world.holders()
+    newcomer = world.start_replica(shards=OTHER_COUNT)
+    assert newcomer.process.proc is not None
+    wait_for(
+        lambda: "shards.waiting_for_other_shard_count" in newcomer.process.logs(),
+        timeout=30,
+        what="the replica with another count waiting",
+    )
+    member = shards.ShardOptions(
+        id=world.lease_id,
+        namespace=manifests.NAMESPACE,
+        identity=newcomer.identity,
+        shards=OTHER_COUNT,
+    ).member_lease
+    # rounds pass meanwhile: its membership Lease renewed three times (a retry period each)
+    wait_for(
+        lambda: len([e for e in world.leases.events() if e.name == member and e.at > began]) > 3,
+        timeout=30,
+        what="three renewals of its membership Lease",
+    )
+    assert held(newcomer) == 0
+    assert all(held(r) == SHARDS // REPLICAS for r in live)
+    newcomer.process.proc.popen.send_signal(signal.SIGTERM)
+    assert newcomer.process.proc.popen.wait(60) == 0, "stopped gracefully"
+    newcomer.ended_at = time.time()
+    newcomer.process.proc.close()
+    newcomer.process.proc = None
+    assert world.holders() == before
+    assert changes(world, since=began) == [], "no shard of 6 moved"
+    taken = [
+        e.name
+        for e in world.leases.events()
+        if e.at > began
+        and (parsed := shards.parse_shard_lease(world.lease_id, e.name)) is not None
+        and parsed[1] == OTHER_COUNT
+        and (e.obj.get("spec") or {}).get("holderIdentity")
+    ]
+    assert taken == [], f"a shard of {OTHER_COUNT} was held: {taken}"
+    assert world.reconciles()[newcomer.identity] == {}, "it reconciled nothing"
+    assert_no_overlap(world)
 
 
 def assert_released_then_taken(moves: list[Change], *, takers: set[str], at_least: int) -> float:

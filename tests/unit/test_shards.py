@@ -171,7 +171,7 @@ def test_alone_it_takes_every_shard(world: World) -> None:
 
 
 def test_beside_a_live_replica_it_takes_its_share_and_no_live_lease(world: World) -> None:
-    world.lease(f"{ID}-member-other", "other")
+    world.lease(f"{OPTIONS.member_prefix}other", "other")
     for i in (3, 4, 5):
         world.lease(OPTIONS.shard_lease(i), "other")
     world.coordinator.tick()
@@ -197,7 +197,7 @@ def test_a_dead_holders_shard_is_taken_only_once_its_lease_stood_still_for_its_d
 def test_above_its_share_it_drains_then_releases_the_highest_shards(world: World) -> None:
     world.coordinator.tick()
     wait_for(lambda: world.running() == set(range(N)), what="every shard running")
-    world.lease(f"{ID}-member-other", "other")  # a replica joins
+    world.lease(f"{OPTIONS.member_prefix}other", "other")  # a replica joins
     world.coordinator.tick()
     wait_for(lambda: world.coordinator.held() == [0, 1, 2], what="three given back")
     assert [world.holder(i) for i in (3, 4, 5)] == ["", "", ""]
@@ -236,7 +236,9 @@ def test_a_shard_given_back_while_it_was_being_built_is_closed_once_built() -> N
     try:
         w.coordinator.tick()
         wait_for(lambda: w.building == set(range(N)), what="every shard being built")
-        w.lease(f"{ID}-member-other", "other")  # a replica joins: 3, 4, 5 go back unbuilt
+        w.lease(
+            f"{OPTIONS.member_prefix}other", "other"
+        )  # a replica joins: 3, 4, 5 go back unbuilt
         w.coordinator.tick()
         wait_for(lambda: w.coordinator.held() == [0, 1, 2], what="three given back")
         built.set()
@@ -255,7 +257,7 @@ def test_a_shard_given_back_whose_reconciles_do_not_stop_ends_the_process_unclos
     try:
         w.coordinator.tick()
         wait_for(lambda: w.running() == set(range(N)), what="every shard running")
-        w.lease(f"{ID}-member-other", "other")
+        w.lease(f"{OPTIONS.member_prefix}other", "other")
         w.coordinator.tick()
         assert w.coordinator.fatal.wait(10)
         assert not any(entry.startswith("close") for entry in w.log)
@@ -459,7 +461,7 @@ def test_a_lease_time_reads_as_wall_seconds_or_none(value: object, seconds: floa
 def test_lease_names() -> None:
     assert OPTIONS.shard_lease(2) == "rot-shard-2-of-6"
     member = shards.ShardOptions(id="rot", namespace=NS, identity="Pod_1.x_ab12", shards=2)
-    assert member.member_lease == "rot-member-pod-1-x-ab12"
+    assert member.member_lease == "rot-member-of-2-pod-1-x-ab12"
 
 
 @pytest.mark.parametrize(
@@ -526,3 +528,92 @@ def test_the_filtering_mode_is_the_servers_once_any_list_echoed_the_selector(
             w.coordinator.shutdown()
     logged = [e for e in logs if e["event"] == "shards.filtering"]
     assert [e["mode"] for e in logged] == [mode]
+
+
+# --- a change of the shard count --------------------------------------------------------------
+
+OTHER_COUNT = 4
+"""The shard count of replicas of a release with another ``--shards`` (a change of N)."""
+
+
+def other_count_lease(index: int) -> str:
+    return shards.shard_lease_name(ID, index, OTHER_COUNT)
+
+
+def test_nothing_is_taken_while_replicas_with_another_shard_count_may_still_work(
+    world: World,
+) -> None:
+    """A rolling update from 4 shards to 6: the shards of 6 overlap those of 4, so nothing is
+    taken while a Lease of 4 is held, or stood still less than twice its duration (another
+    replica with 4 may take an expired one at its next retry), as for a single leader. Mutation
+    caught: judging only the single leader's Lease (every shard is taken at once)."""
+    world.lease(other_count_lease(0), "old-replica")
+    world.lease(other_count_lease(3), "")  # released just now, by a replica that stopped
+    with capture_logs() as logged:
+        world.coordinator.tick()
+    assert world.coordinator.held() == []
+    waiting = [e for e in logged if e["event"] == "shards.waiting_for_other_shard_count"]
+    assert [e["leases"] for e in waiting] == [[other_count_lease(0), other_count_lease(3)]]
+    world.clock.advance(29.0)
+    world.coordinator.tick()
+    assert world.coordinator.held() == [], "the held one stood still less than twice 15 s"
+    world.clock.advance(2.0)
+    world.coordinator.tick()
+    assert world.coordinator.held() == list(range(N))
+
+
+def test_a_replica_with_another_shard_count_taking_a_shard_stops_these(world: World) -> None:
+    """Shards of 6 running when a replica with 4 takes one (an old one restarted late): they
+    are drained and given back at this replica's next round, as for a single leader."""
+    world.coordinator.tick()
+    wait_for(lambda: world.running() == set(range(N)), what="every shard running")
+    world.lease(other_count_lease(1), "late-old-replica")
+    world.coordinator.tick()
+    wait_for(lambda: world.coordinator.held() == [], what="every shard given back")
+    assert world.running() == set()
+    assert all(world.holder(i) == "" for i in range(N))
+
+
+def test_leases_of_another_count_released_long_ago_or_never_held_hold_nothing_back(
+    world: World,
+) -> None:
+    """A change of N long done (its Leases stay, released), or Leases rendered empty."""
+    world.lease(other_count_lease(0), "", skew=-120.0, duration=1)
+    path = objects.LEASES.path(namespace=NS, name=other_count_lease(1))
+    with world.transport._lock:
+        world.transport._store(path, {"metadata": {"name": other_count_lease(1), "namespace": NS}})
+    world.coordinator.tick()
+    assert world.coordinator.held() == list(range(N))
+
+
+def test_beside_shards_of_this_count_taken_after_the_other_counts_release_it_does_not_wait(
+    world: World,
+) -> None:
+    """A Pod replaced soon after a change of N: the Leases of the old count were released 20 s
+    ago, and the other replica with this count took its shards after they stood still; this
+    one takes its share at once (the single leader's rule, :meth:`Coordinator._waited_out`)."""
+    world.lease(other_count_lease(0), "", skew=-20.0, duration=1)
+    world.lease(f"{OPTIONS.member_prefix}other", "other")
+    for i in range(3):
+        world.lease(OPTIONS.shard_lease(i), "other", acquired=-3.0)
+    world.coordinator.tick()
+    assert world.coordinator.held() == [3, 4, 5]
+
+
+def test_replicas_with_another_shard_count_are_not_in_the_share(world: World) -> None:
+    """The live replicas the shards are shared among are those with this count: a replica with
+    4, waiting for these to stop, takes none of them, so counting it would leave its share of
+    these held by no one. Its membership Lease is still deleted once long dead. Mutation
+    caught: one membership prefix for every count (this replica then takes 3 of 6)."""
+    other = shards.ShardOptions(id=ID, namespace=NS, identity="other", shards=OTHER_COUNT)
+    world.lease(other.member_lease, "other")
+    world.coordinator.tick()
+    assert world.coordinator.held() == list(range(N))
+    ghost = shards.ShardOptions(id=ID, namespace=NS, identity="ghost", shards=OTHER_COUNT)
+    world.lease(ghost.member_lease, "ghost", skew=-3600.0)
+    path = objects.LEASES.path(namespace=NS, name=ghost.member_lease)
+    world.coordinator.tick()  # first seen: stood still since now, as seen here
+    world.clock.advance(shards.STALE_MEMBER + 1)
+    world.lease(other.member_lease, "other")
+    world.coordinator.tick()
+    assert path not in world.transport.objects, "a long-dead member of any count is deleted"
