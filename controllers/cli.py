@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import dataclasses
 import logging
 import os
 import signal
@@ -429,6 +430,14 @@ def _run(
             return _run_sharded(args, api_client, shard_options, identity, stop)
     metrics = metric_families.Metrics(prefix="rotator")
     client = clients.Client(api_client, metrics=metrics.for_requests(api_client.configuration.host))
+    if election is not None:  # the way back from shards: wait until they stopped
+        hold_back = shards.SingleLeaderHoldBack(
+            client,
+            lease_id=election.name,
+            namespace=election.namespace,
+            lease_duration=election.lease_duration,
+        )
+        election = dataclasses.replace(election, hold_back=hold_back)
     options = _manager_options(args, identity, election)
     clock = clocks.RealClock()  # the one time source of the manager and the reconcilers
     mgr = manager.Manager(client, options, metrics=metrics, clock=clock)

@@ -40,7 +40,7 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -75,6 +75,10 @@ class LeaderElectionOptions:
     """Seconds between attempts to acquire or renew."""
     release_on_stop: bool = True
     """Release the Lease on a graceful stop, once the work has stopped. Defaults to True."""
+    hold_back: Callable[[Body], str | None] | None = field(default=None, compare=False)
+    """Asked with the Lease before this candidate takes it from another holder or none (not
+    before a renewal): a reason not to take it yet, or None. The single leader's waits for
+    replicas that work in shards (``shards.SingleLeaderHoldBack``)."""
 
     def __post_init__(self) -> None:
         if not self.lease_duration > self.renew_deadline > self.retry_period * 1.2:
@@ -124,6 +128,7 @@ class LeaderElector:
         self._renew_by = 0.0  # monotonic time by which the next renew must have succeeded
         self._leading = threading.Event()
         self._start_failed: str | None = None  # why on_started failed, set by its thread
+        self._held_back_why: str | None = None  # the last reason hold_back gave, logged once
         self._log = log.bind(lease=f"{options.namespace}/{options.name}", identity=options.identity)
 
     @property
@@ -327,13 +332,13 @@ class LeaderElector:
         self._observed_version = version
         holder = spec.get("holderIdentity") or ""
         duration = float(spec.get("leaseDurationSeconds") or self._o.lease_duration)
-        if (
-            holder
-            and holder != self._o.identity
-            and self._observed_at + duration > self._clock.monotonic()
-        ):
-            return _Outcome.TAKEN  # someone else holds a live lease
         taking_over = holder != self._o.identity
+        if taking_over and (
+            # someone else holds a live lease
+            (holder and self._observed_at + duration > self._clock.monotonic())
+            or self._held_back(lease)
+        ):
+            return _Outcome.TAKEN
         new_spec = dict(spec)
         new_spec.update(
             holderIdentity=self._o.identity,
@@ -354,6 +359,15 @@ class LeaderElector:
             return _Outcome.FAILED
         self._observe(updated)
         return _Outcome.HELD
+
+    def _held_back(self, lease: Body) -> bool:
+        """Whether :attr:`LeaderElectionOptions.hold_back` gives a reason not to take the
+        Lease yet (logged when it changes)."""
+        why = self._o.hold_back(lease) if self._o.hold_back is not None else None
+        if why is not None and why != self._held_back_why:
+            self._log.info("leader.held_back", why=why)
+        self._held_back_why = why
+        return why is not None
 
     def _renew_as_observed(self, now: float) -> _Outcome | None:
         """The leader's fast path (client-go's, since 1.29): one compare-and-swap on the Lease as

@@ -39,7 +39,7 @@ import random
 import re
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC
 
@@ -68,6 +68,13 @@ from controllers.runtime.informer import InformerOptions
 from controllers.runtime.objects import Body
 
 log = structlog.get_logger(__name__)
+
+SHARDS_ANNOTATION = "rotator.dev/shards"
+"""On the single leader's Lease (``--leader-election-id``): the shard count of the replicas that
+work in shards. They write it before they take any shard; a single leader's every write of that
+Lease drops it (its update sends no annotations). A single leader that finds it checks those
+shards' Leases before it takes the Lease (:class:`SingleLeaderHoldBack`): a single leader may not
+list Leases, so it learns their names here."""
 
 STALE_MEMBER = 600.0
 """Seconds a membership Lease must have stood still (as seen here, and by its renew time) before
@@ -305,6 +312,146 @@ Build = Callable[[int], Shard]
 """Makes shard ``i`` with its controllers (the composition root's setup code)."""
 
 
+class OtherLeases:
+    """What a replica remembers of the Leases of another scheme over the same objects (the
+    single leader's, another shard count's), and the rule that says whether one may still be at
+    work (:meth:`may_work`). Each Lease is judged on its own, by what this replica saw of it:
+    its spec as last seen, since when on this replica's monotonic clock, and whether it was
+    released long ago by the wall clock when first seen."""
+
+    def __init__(self, lease_duration: float, clock: clocks.Clock) -> None:
+        self._lease_duration = lease_duration
+        self._clock = clock
+        self._seen: dict[str, tuple[dict[str, object], float, bool]] = {}
+
+    def keep_only(self, names: Collection[str]) -> None:
+        """Forgets the Leases not in ``names`` (gone)."""
+        self._seen = {k: v for k, v in self._seen.items() if k in names}
+
+    def may_work(self, name: str, lease: Body, now: float) -> bool:
+        """Whether a replica of another scheme (:meth:`Coordinator._other_schemes`) may still
+        be working under Lease ``name``, or about to. For the single leader's (a replica that runs
+        everything under one Lease: ``--shards 1``, today's and earlier releases'): its Lease
+        has a holder and changed less than its ``leaseDurationSeconds`` ago
+        as seen here (the elector's own rule: a holder that stopped renewing is gone once it
+        stood still that long), or it was released less than this replica's lease duration ago.
+
+        Released is not gone: in a rolling upgrade the old leader's graceful stop releases the
+        Lease while another replica of the old release may still run, and that one takes it at
+        its next retry (within 2.2 retry periods) and works on everything again. Shards taken in
+        that gap would be worked on twice at once (the kind suite's upgrade from image A, two
+        replicas of it left, did: a shard holder and the next old leader for 1.2 s). So a
+        released Lease holds the shards back until it has stood still for the lease duration:
+        a rolling upgrade waits that long after the last old replica's graceful stop; a killed
+        one, for its Lease to expire. Expired is not gone either, for the same reason: a leader
+        killed in a rolling upgrade (SIGKILL, OOM, a node lost) leaves a held Lease that another
+        old replica takes at its next retry once it saw it stand still for its duration, so a held
+        Lease holds the shards back for twice its duration after it last changed as seen here.
+
+        Wall clocks are compared only once, on first sight of a released Lease: its
+        ``renewTime`` is when it was released, and a Lease released more than twice this
+        replica's lease duration before (or never held: the chart renders it empty) holds nothing
+        back, so a sharded replica that restarts long after an upgrade does not wait; any other
+        release holds the shards back for the full duration on this replica's monotonic clock,
+        so a skewed clock shortens nothing (up to a skew of one lease duration, a release is
+        still seen as recent). What no rule here can see is an old replica that starts after
+        the shards did (a rollback, or an old container restarted late): it takes the Lease and
+        the shard holders give their shards back at their next round, as they do for any single
+        leader that appears. What this returns is overruled when another replica already
+        waited the single leader out (:meth:`Coordinator._waited_out`).
+
+        The same holds, word for word, for a shard Lease of another shard count: a rolling
+        update from 6 shards to 4 waits for the last replica with 6 to stop and its released
+        Leases to stand still, as an upgrade from one leader does (the replicas with 6 take
+        each other's released shards meanwhile, as an old standby takes the single leader's
+        Lease)."""
+        spec: dict[str, object] = dict(lease.get("spec") or {})
+        before = self._seen.get(name)
+        if before is not None and before[0] == spec:
+            _, observed_at, long_ago = before
+        else:
+            observed_at, long_ago = now, self._released_long_ago(spec)
+        self._seen[name] = (spec, observed_at, long_ago)
+        if spec.get("holderIdentity"):
+            duration = float(str(spec.get("leaseDurationSeconds") or self._lease_duration))
+            return now < observed_at + 2 * duration
+        # released (the release sets leaseDurationSeconds to 1: this replica's duration counts)
+        return not long_ago and now < observed_at + self._lease_duration
+
+    def _released_long_ago(self, spec: dict[str, object]) -> bool:
+        """Whether a Lease without a holder was released (its ``renewTime``) more than twice
+        this replica's lease duration ago by the wall clock, or never held at all."""
+        if spec.get("holderIdentity"):
+            return False
+        renewed = spec.get("renewTime")
+        if not isinstance(renewed, str):
+            return True
+        released_at = clocks.read_rfc3339(renewed)
+        if released_at is None:  # not a time (the API server validates it): judge it recent
+            return False
+        return self._clock.now() - released_at > 2 * self._lease_duration
+
+
+class SingleLeaderHoldBack:
+    """For a single leader (``--shards 1``) about to take its Lease: why it may not yet, while
+    replicas that work in shards may still be at work (the way back from shards). They wrote
+    their count on the Lease (:data:`SHARDS_ANNOTATION`); each of those shard Leases is read
+    (``get``, which the single leader's RBAC allows) and judged by :class:`OtherLeases`' rule,
+    as the sharded replicas judge the single leader's. None lets it take the Lease, which drops
+    the annotation. A shard Lease that cannot be read holds it back (judged again at its next
+    retry). Not foreseen: a sharded replica that marks the Lease and takes a shard between this
+    check and the take; it steps aside at its next round (:meth:`Coordinator._held_back`)."""
+
+    def __init__(
+        self,
+        api: clients.Client,
+        *,
+        lease_id: str,
+        namespace: str,
+        lease_duration: float,
+        clock: clocks.Clock | None = None,
+    ) -> None:
+        self._api = api
+        self._id = lease_id
+        self._namespace = namespace
+        self._clock = clock or clocks.RealClock()
+        self._others = OtherLeases(lease_duration, self._clock)
+
+    def __call__(self, lease: Body) -> str | None:
+        count = _shard_count((objects.meta(lease).get("annotations") or {}).get(SHARDS_ANNOTATION))
+        if count is None:
+            self._others.keep_only(())
+            return None
+        names = [shard_lease_name(self._id, i, count) for i in range(count)]
+        self._others.keep_only(names)
+        now = self._clock.monotonic()
+        working = []
+        for name in names:
+            try:
+                shard = self._api.get(objects.LEASES, name, namespace=self._namespace)
+            except errors.NotFound:
+                continue
+            except errors.ApiError as exc:
+                return f"the Lease {name} could not be read: {exc}"
+            if self.may_work(name, shard, now):
+                working.append(name)
+        if working:
+            return f"replicas with {count} shards may still be at work: {', '.join(working)}"
+        return None
+
+    def may_work(self, name: str, lease: Body, now: float) -> bool:
+        return self._others.may_work(name, lease, now)
+
+
+def _shard_count(value: object) -> int | None:
+    """The shard count :data:`SHARDS_ANNOTATION` holds, or None (absent, or no count a replica
+    accepts: a hand-written value must not make a single leader read a million Leases)."""
+    if not isinstance(value, str) or not value.isascii() or not value.isdigit():
+        return None
+    count = int(value)
+    return count if 1 < count <= sharding.MAX_SHARDS else None
+
+
 class Coordinator:
     """Takes and gives back shards; see the module's docstring."""
 
@@ -329,9 +476,7 @@ class Coordinator:
         self._held: dict[int, _Held] = {}
         self._lock = threading.Lock()
         self._members: dict[str, tuple[dict[str, object], float]] = {}
-        self._others: dict[str, tuple[dict[str, object], float, bool]] = {}
-        """Per Lease of another scheme (the single leader's, another shard count's): its spec
-        as last seen, since when (monotonic), and whether it was released long ago."""
+        self._others = OtherLeases(options.lease_duration, self._clock)
         self._waiting_logged = False
         self._member: leaderelection.LeaderElector | None = None
         self._member_thread: threading.Thread | None = None
@@ -427,7 +572,7 @@ class Coordinator:
             if lease is not None:
                 elector.observe(lease)
         holdings = self._holdings()
-        if self._held_back(leases, holdings, now):
+        if self._held_back(leases, holdings, now) or not self._marked(leases.get(self._o.id)):
             return
         members = self._live_members(leases, now)
         plan = shareplan.plan(
@@ -478,6 +623,45 @@ class Coordinator:
             self._give_back(i)
         return True
 
+    def _marked(self, single: Body | None) -> bool:
+        """Whether the single leader's Lease says :data:`SHARDS_ANNOTATION` = N, written now if
+        it did not (created without a spec if there is none: a Lease never held holds nothing
+        back). Written as listed, with its ``resourceVersion``: a single leader that took the
+        Lease since makes it a Conflict, and no shard is taken this round. False when it could
+        not be written: no shard is taken before a single leader can see them."""
+        count = str(self._o.shards)
+        annotations = dict(objects.meta(single).get("annotations") or {}) if single else {}
+        if annotations.get(SHARDS_ANNOTATION) == count:
+            return True
+        annotations[SHARDS_ANNOTATION] = count
+        try:
+            if single is None:
+                self._api.create(
+                    objects.LEASES,
+                    {
+                        "apiVersion": objects.LEASES.api_version,
+                        "kind": objects.LEASES.kind,
+                        "metadata": {
+                            "name": self._o.id,
+                            "namespace": self._o.namespace,
+                            "annotations": annotations,
+                        },
+                    },
+                    namespace=self._o.namespace,
+                )
+            else:
+                self._api.replace(
+                    objects.LEASES,
+                    {**single, "metadata": {**objects.meta(single), "annotations": annotations}},
+                )
+        except (errors.Conflict, errors.AlreadyExists):
+            return False  # changed since listed: judged again next round
+        except errors.ApiError as exc:
+            self._log.warning("shards.mark_failed", lease=self._o.id, error=str(exc))
+            return False
+        self._log.info("shards.marked", lease=self._o.id)
+        return True
+
     def _other_schemes(self, leases: dict[str, Body]) -> dict[str, Body]:
         """The Leases of another scheme over the same objects, by name: the single leader's
         (``--shards 1``: the Lease named ``--leader-election-id``) and the shard Leases of
@@ -488,58 +672,13 @@ class Coordinator:
             parsed = parse_shard_lease(self._o.id, name)
             if name == self._o.id or (parsed is not None and parsed[1] != self._o.shards):
                 found[name] = lease
-        self._others = {k: v for k, v in self._others.items() if k in found}
+        self._others.keep_only(found)
         return found
 
     def _may_work(self, name: str, lease: Body, now: float) -> bool:
-        """Whether a replica of another scheme (:meth:`_other_schemes`) may still be working
-        under Lease ``name``, or about to. For the single leader's (a replica that runs
-        everything under one Lease: ``--shards 1``, today's and earlier releases'): its Lease
-        has a holder and changed less than its ``leaseDurationSeconds`` ago
-        as seen here (the elector's own rule: a holder that stopped renewing is gone once it
-        stood still that long), or it was released less than this replica's lease duration ago.
-
-        Released is not gone: in a rolling upgrade the old leader's graceful stop releases the
-        Lease while another replica of the old release may still run, and that one takes it at
-        its next retry (within 2.2 retry periods) and works on everything again. Shards taken in
-        that gap would be worked on twice at once (the kind suite's upgrade from image A, two
-        replicas of it left, did: a shard holder and the next old leader for 1.2 s). So a
-        released Lease holds the shards back until it has stood still for the lease duration:
-        a rolling upgrade waits that long after the last old replica's graceful stop; a killed
-        one, for its Lease to expire. Expired is not gone either, for the same reason: a leader
-        killed in a rolling upgrade (SIGKILL, OOM, a node lost) leaves a held Lease that another
-        old replica takes at its next retry once it saw it stand still for its duration, so a held
-        Lease holds the shards back for twice its duration after it last changed as seen here.
-
-        Wall clocks are compared only once, on first sight of a released Lease: its
-        ``renewTime`` is when it was released, and a Lease released more than twice this
-        replica's lease duration before (or never held: the chart renders it empty) holds nothing
-        back, so a sharded replica that restarts long after an upgrade does not wait; any other
-        release holds the shards back for the full duration on this replica's monotonic clock,
-        so a skewed clock shortens nothing (up to a skew of one lease duration, a release is
-        still seen as recent). What no rule here can see is an old replica that starts after
-        the shards did (a rollback, or an old container restarted late): it takes the Lease and
-        the shard holders give their shards back at their next round, as they do for any single
-        leader that appears. What this returns is overruled when another replica already
-        waited the single leader out (:meth:`_waited_out`).
-
-        The same holds, word for word, for a shard Lease of another shard count: a rolling
-        update from 6 shards to 4 waits for the last replica with 6 to stop and its released
-        Leases to stand still, as an upgrade from one leader does (the replicas with 6 take
-        each other's released shards meanwhile, as an old standby takes the single leader's
-        Lease)."""
-        spec: dict[str, object] = dict(lease.get("spec") or {})
-        before = self._others.get(name)
-        if before is not None and before[0] == spec:
-            _, observed_at, long_ago = before
-        else:
-            observed_at, long_ago = now, self._released_long_ago(spec)
-        self._others[name] = (spec, observed_at, long_ago)
-        if spec.get("holderIdentity"):
-            duration = float(str(spec.get("leaseDurationSeconds") or self._o.lease_duration))
-            return now < observed_at + 2 * duration
-        # released (the release sets leaseDurationSeconds to 1: this replica's duration counts)
-        return not long_ago and now < observed_at + self._o.lease_duration
+        """Whether a replica of another scheme may still work under Lease ``name``
+        (:meth:`OtherLeases.may_work`)."""
+        return self._others.may_work(name, lease, now)
 
     def _waited_out(
         self,
@@ -589,19 +728,6 @@ class Coordinator:
             if acquired is not None and acquired > expired_at:
                 return True
         return False
-
-    def _released_long_ago(self, spec: dict[str, object]) -> bool:
-        """Whether a Lease without a holder was released (its ``renewTime``) more than twice
-        this replica's lease duration ago by the wall clock, or never held at all."""
-        if spec.get("holderIdentity"):
-            return False
-        renewed = spec.get("renewTime")
-        if not isinstance(renewed, str):
-            return True
-        released_at = clocks.read_rfc3339(renewed)
-        if released_at is None:  # not a time (the API server validates it): judge it recent
-            return False
-        return self._clock.now() - released_at > 2 * self._o.lease_duration
 
     def _holdings(self) -> dict[int, shareplan.Holding | None]:
         """Each shard's Lease as this replica sees it: its own while it holds it (given back or

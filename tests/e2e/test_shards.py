@@ -733,6 +733,56 @@ def test_a_replica_with_another_shard_count_takes_nothing_while_these_shards_are
     assert_no_overlap(world)
 
 
+def test_a_single_leader_takes_nothing_while_these_shards_are_held(world: World) -> None:
+    """The way back to one leader under way (``--shards 1`` beside three replicas with 6): the
+    single leader reads the shard count the replicas wrote on its Lease, finds their shard Leases
+    held and does not take its own, so it reconciles nothing; none of their shards moves. (Its
+    taking over once they are gone is unit-tested in tests/unit/test_shards.py.)"""
+    live = world.three_settled()
+    began = time.time()
+    before = world.holders()
+    workdir = world.workdir / f"single-{len(world.replicas)}"
+    workdir.mkdir()
+    kubeconfig = service_account_kubeconfig(world.cp, world.api, workdir / "kubeconfig")
+    args = (
+        "--leader-election-lease-duration", str(LEASE_DURATION),
+        "--leader-election-renew-deadline", str(RENEW_DEADLINE),
+        "--leader-election-retry-period", str(RETRY_PERIOD),
+        "--workers", str(WORKERS),
+    )  # fmt: skip
+    process = ControllerProcess(kubeconfig, workdir, env=world.env, args=args, lease=world.lease_id)
+    process.start(wait_leading=False)
+    single = Replica(process, identity_of(process))
+    world.replicas.append(single)
+    assert process.proc is not None
+    wait_for(
+        lambda: "leader.held_back" in process.logs(),
+        timeout=30,
+        what="the single leader held back",
+    )
+    held_back = [e for _, e in entries(process.logs()) if e.get("event") == "leader.held_back"]
+    assert f"replicas with {SHARDS} shards may still be at work" in str(held_back[0]["why"])
+    # campaigns pass meanwhile: its every attempt reads its Lease and the shard Leases (a
+    # retry period each)
+    reads = process.total("rest_client_requests_total", method="GET")
+    wait_for(
+        lambda: process.total("rest_client_requests_total", method="GET") >= reads + 3 * SHARDS,
+        timeout=30,
+        what="three more campaigns, each reading the shard Leases",
+    )
+    assert process.metric("leader_election_master_status", name=world.lease_id) == 0
+    assert all(held(r) == SHARDS // REPLICAS for r in live)
+    process.proc.popen.send_signal(signal.SIGTERM)
+    assert process.proc.popen.wait(60) == 0, "stopped gracefully"
+    single.ended_at = time.time()
+    process.proc.close()
+    process.proc = None
+    assert world.holders() == before
+    assert changes(world, since=began) == [], "no shard moved"
+    assert world.reconciles()[single.identity] == {}, "it reconciled nothing"
+    assert_no_overlap(world)
+
+
 def assert_released_then_taken(moves: list[Change], *, takers: set[str], at_least: int) -> float:
     """Every holder change among ``moves`` went through an empty holder (released, not taken
     on expiry) and on to one of ``takers``, each take after its release by the Leases' own times

@@ -10,13 +10,13 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterator
-from typing import cast
+from typing import Any, cast
 
 import pytest
 from structlog.testing import capture_logs
 
 from controllers.runtime import clock as clocks
-from controllers.runtime import objects, shards
+from controllers.runtime import leaderelection, objects, shards
 from tests.support.fake_api import FakeTransport, Reply, Request
 from tests.support.polling import wait_for
 
@@ -116,8 +116,9 @@ class World:
         if r.method == "GET" and r.path == LEASES:  # the fake serves no lists: this one here
             items = [o for p, o in self.transport.objects.items() if p.startswith(LEASES + "/")]
             return Reply(200, json.dumps({"items": items, "metadata": {}}).encode())
-        if r.method == "PUT" and not r.body["spec"].get("holderIdentity"):
-            self.log.append(f"release {r.body['metadata']['name']}")
+        released = not (r.body or {}).get("spec", {}).get("holderIdentity")
+        if r.method == "PUT" and released and r.body["metadata"]["name"] != ID:
+            self.log.append(f"release {r.body['metadata']['name']}")  # not the marking of ID
         return None
 
     def lease(
@@ -617,3 +618,152 @@ def test_replicas_with_another_shard_count_are_not_in_the_share(world: World) ->
     world.lease(other.member_lease, "other")
     world.coordinator.tick()
     assert path not in world.transport.objects, "a long-dead member of any count is deleted"
+
+
+# --- the way back to one leader ---------------------------------------------------------------
+
+
+def single_leader_lease(world: World) -> dict[str, Any]:
+    return world.transport.objects[objects.LEASES.path(namespace=NS, name=ID)]
+
+
+def test_the_single_leaders_lease_says_the_shard_count_before_any_shard_is_taken(
+    world: World,
+) -> None:
+    """A single leader cannot list Leases, so the sharded replicas write their count on its
+    Lease (created without a spec when there is none: never held, it holds nothing back), and
+    the labels and annotations others wrote on it stay."""
+    world.coordinator.tick()
+    assert world.coordinator.held() == list(range(N))
+    lease = single_leader_lease(world)
+    assert lease["metadata"]["annotations"] == {shards.SHARDS_ANNOTATION: str(N)}
+    assert "spec" not in lease
+    w = World()
+    try:
+        path = objects.LEASES.path(namespace=NS, name=ID)
+        rendered = {"name": ID, "namespace": NS, "labels": {"helm.sh/chart": "rotator"}}
+        with w.transport._lock:
+            w.transport._store(path, {"metadata": rendered})
+        w.coordinator.tick()
+        metadata = single_leader_lease(w)["metadata"]
+        assert metadata["labels"] == {"helm.sh/chart": "rotator"}
+        assert metadata["annotations"] == {shards.SHARDS_ANNOTATION: str(N)}
+        assert w.coordinator.held() == list(range(N))
+    finally:
+        w.coordinator.shutdown()
+
+
+def test_no_shard_is_taken_in_a_round_whose_marking_failed(world: World) -> None:
+    """The marking is a compare-and-swap on the Lease as listed: a single leader that took it
+    meanwhile makes it a Conflict, and nothing is taken until the next round judges it.
+    Mutation caught: taking shards whatever the marking's outcome."""
+    world.lease(ID, "", skew=-120.0, duration=1)  # released long ago
+    path = objects.LEASES.path(namespace=NS, name=ID)
+    world.transport.fault = lambda r: (
+        Reply(409, b'{"kind":"Status","reason":"Conflict","code":409}')
+        if r.method == "PUT" and r.path == path
+        else world._fault(r)
+    )
+    world.coordinator.tick()
+    assert world.coordinator.held() == []
+    world.transport.fault = world._fault
+    world.coordinator.tick()
+    assert world.coordinator.held() == list(range(N))
+
+
+def hold_back(world: World) -> shards.SingleLeaderHoldBack:
+    return shards.SingleLeaderHoldBack(
+        world.transport.client(),
+        lease_id=ID,
+        namespace=NS,
+        lease_duration=OPTIONS.lease_duration,
+        clock=world.clock,
+    )
+
+
+def marked(count: str | None) -> dict[str, object]:
+    annotations = {} if count is None else {shards.SHARDS_ANNOTATION: count}
+    return {"metadata": {"name": ID, "namespace": NS, "annotations": annotations}}
+
+
+def test_a_single_leader_waits_while_the_shards_it_is_told_of_may_still_work(
+    world: World,
+) -> None:
+    """The way back from shards to one leader: the single leader reads the shard Leases its
+    Lease names and waits, by the rule the sharded replicas apply to it, until each was
+    released and stood still, or stood still twice its duration (another sharded replica may
+    take an expired one at its next retry)."""
+    check = hold_back(world)
+    world.lease(OPTIONS.shard_lease(1), "sharded-replica")
+    world.lease(OPTIONS.shard_lease(4), "")  # released just now
+    why = check(marked(str(N)))
+    assert why is not None
+    assert OPTIONS.shard_lease(1) in why
+    assert OPTIONS.shard_lease(4) in why
+    world.clock.advance(16.0)
+    assert check(marked(str(N))) == (
+        f"replicas with {N} shards may still be at work: {OPTIONS.shard_lease(1)}"
+    ), "the released one stood still its duration; the held one has not stood still twice it"
+    world.clock.advance(15.0)
+    assert check(marked(str(N))) is None
+
+
+@pytest.mark.parametrize("count", [None, "", "1", "0", "06x", "١٢", "100000", str(2**70)])
+def test_a_lease_without_a_shard_count_a_replica_accepts_holds_nothing_back(
+    world: World, count: str | None
+) -> None:
+    """No count (shards never ran, or a single leader wrote the Lease since), or one no replica
+    accepts: nothing is read. A hand-written count must not make a single leader read a
+    million Leases."""
+    world.lease(OPTIONS.shard_lease(0), "sharded-replica")
+    before = len(world.transport.requests)
+    assert hold_back(world)(marked(count)) is None
+    assert len(world.transport.requests) == before, "no Lease read"
+
+
+def test_a_shard_lease_that_cannot_be_read_holds_the_single_leader_back(world: World) -> None:
+    world.transport.fault = lambda r: Reply(500, b"{}") if r.method == "GET" else None
+    why = hold_back(world)(marked(str(N)))
+    assert why is not None
+    assert "could not be read" in why
+
+
+def test_the_single_leaders_elector_takes_its_lease_only_once_held_back_no_more(
+    world: World,
+) -> None:
+    """The elector asks before it takes the Lease, and not before a renewal. Mutation caught:
+    ignoring hold_back (it takes the Lease at once)."""
+    path = objects.LEASES.path(namespace=NS, name=ID)
+    with world.transport._lock:
+        world.transport._store(path, marked(str(N)))
+    world.lease(OPTIONS.shard_lease(2), "sharded-replica")
+    reasons: list[str | None] = []
+    check = hold_back(world)
+
+    def recorded(lease: dict[str, object]) -> str | None:
+        reasons.append(check(lease))
+        return reasons[-1]
+
+    options = leaderelection.LeaderElectionOptions(
+        name=ID, namespace=NS, identity="single", retry_period=0.02, hold_back=recorded
+    )
+    elector = leaderelection.LeaderElector(
+        world.transport.client(),
+        options,
+        on_started=lambda: None,
+        on_lost=lambda: None,
+        clock=world.clock,
+    )
+    assert not elector.try_acquire()
+    assert reasons[-1] is not None
+    world.lease(OPTIONS.shard_lease(2), "")  # the sharded replica stopped gracefully
+    world.clock.advance(1.0)
+    assert not elector.try_acquire(), "released just now: another sharded replica may take it"
+    world.clock.advance(15.0)
+    assert elector.try_acquire()
+    lease = single_leader_lease(world)
+    assert lease["spec"]["holderIdentity"] == "single"
+    assert not lease["metadata"].get("annotations"), "its write drops the count"
+    asked = len(reasons)
+    assert elector.try_acquire(), "a renewal"
+    assert len(reasons) == asked, "not asked before a renewal"
