@@ -99,6 +99,6 @@ def default_namespace(
 def context_namespace(kubeconfig: str) -> str:
     """The current context's namespace in ``kubeconfig`` (``os.pathsep``-separated files are
     merged, as kubectl does), or ``default``."""
-    _, current = kubelib.kube_config.list_kube_config_contexts(config_file=kubeconfig)
+    _, current = kubelib.kube_config().list_kube_config_contexts(config_file=kubeconfig)
     context = (current or {}).get("context") or {}
     return str(context.get("namespace") or DEFAULT_NAMESPACE)

@@ -26,8 +26,10 @@ only read by attribute.
 ``new_client_from_config``, which rotator never calls. The stand-in gives it
 :class:`_NoApiClient`, which raises if it is ever constructed.
 
-If the whole package is imported already (``kubernetes.client`` in ``sys.modules``), its own
-modules are used. tests/unit/test_kubelib.py checks, in a fresh interpreter, that no model is
+If the whole package was imported before this module (``kubernetes.client`` in
+``sys.modules``), its own modules are used. ``kube_config`` is imported on first use
+(:func:`kube_config`), under the stand-ins again, beside the modules imported first.
+tests/unit/test_kubelib.py checks, in a fresh interpreter, that no model is
 imported and that the package imported afterwards is whole. The ``kubernetes`` version is pinned
 to one major release in pyproject.toml, and a change of this layout fails that test.
 """
@@ -51,9 +53,12 @@ _PARTS = (
     "kubernetes.client.rest",
     "kubernetes.config.config_exception",
     "kubernetes.config.incluster_config",
-    "kubernetes.config.kube_config",
 )
+_KUBE_CONFIG = "kubernetes.config.kube_config"
 _lock = threading.Lock()
+_loaded: dict[str, types.ModuleType] = {}
+"""Every ``kubernetes`` module imported under the stand-ins, by name: put back in place while
+``kube_config`` is imported later, so that it shares them (one ``ConfigException``)."""
 
 
 class _NoApiClient:
@@ -65,11 +70,13 @@ class _NoApiClient:
         )
 
 
-def _imported() -> dict[str, types.ModuleType]:
-    """The modules of :data:`_PARTS`, by name."""
+def _import(names: tuple[str, ...]) -> dict[str, types.ModuleType]:
+    """The modules ``names``, imported under the stand-ins (see the module docstring)."""
     with _lock:  # imports are serialized anyway; this keeps two callers' stand-ins apart
-        if "kubernetes.client" in sys.modules:
-            return {name: importlib.import_module(name) for name in _PARTS}
+        if not _loaded and "kubernetes.client" in sys.modules:  # whole before rotator came
+            return {name: importlib.import_module(name) for name in names}
+        if all(name in _loaded for name in names):
+            return {name: _loaded[name] for name in names}
         spec = importlib.util.find_spec(_PACKAGE)  # finds; runs no __init__
         if spec is None or not spec.submodule_search_locations:
             raise ImportError("the kubernetes package is not installed")
@@ -78,33 +85,46 @@ def _imported() -> dict[str, types.ModuleType]:
             k: v for k, v in sys.modules.items() if k == _PACKAGE or k.startswith("kubernetes.")
         }
         try:
+            for name in before:  # the whole package, imported since: not seen meanwhile
+                del sys.modules[name]
             for name in _STAND_INS:
                 stand_in = types.ModuleType(name)
                 stand_in.__path__ = [str(root.joinpath(*name.split(".")[1:]))]
                 stand_in.__package__ = name
                 sys.modules[name] = stand_in
+            sys.modules.update(_loaded)
             configuration = importlib.import_module("kubernetes.client.configuration")
             client_stand_in = sys.modules["kubernetes.client"]
             client_stand_in.Configuration = configuration.Configuration  # type: ignore[attr-defined]
             client_stand_in.ApiClient = _NoApiClient  # type: ignore[attr-defined]
-            return {name: importlib.import_module(name) for name in _PARTS}
+            return {name: importlib.import_module(name) for name in names}
         finally:
             for name in [k for k in sys.modules if k == _PACKAGE or k.startswith("kubernetes.")]:
+                if name not in _STAND_INS:
+                    _loaded.setdefault(name, sys.modules[name])
                 if name in before:
                     sys.modules[name] = before[name]
                 else:
                     del sys.modules[name]
 
 
-_modules = _imported()
+_modules = _import(_PARTS)
 configuration_module = _modules["kubernetes.client.configuration"]
 rest = _modules["kubernetes.client.rest"]
-kube_config = _modules["kubernetes.config.kube_config"]
 incluster_config = _modules["kubernetes.config.incluster_config"]
 
 Configuration: Any = configuration_module.Configuration
 ConfigException: type[Exception] = _modules["kubernetes.config.config_exception"].ConfigException
 InClusterConfigLoader: Any = incluster_config.InClusterConfigLoader
+
+
+def kube_config() -> types.ModuleType:
+    """``kubernetes.config.kube_config``, imported on first use: only a kubeconfig file needs
+    it, and it imports oauthlib, requests-oauthlib and google-auth (for its auth providers):
+    2.7 MiB of RSS as deployed (``import controllers.cli`` with and without it) that a Pod,
+    configured in-cluster, never uses."""
+    return _import((_KUBE_CONFIG,))[_KUBE_CONFIG]
+
 
 USER_AGENT = f"OpenAPI-Generator/{importlib.metadata.version(_PACKAGE)}/python"
 """The ``User-Agent`` the package's ``ApiClient`` sends, which rotator sent while it used one:

@@ -39,7 +39,7 @@ def load(
         missing = [p for p in paths if not Path(p).is_file()]
         if missing:
             raise ConfigNotFound(f"kubeconfig file not found: {', '.join(missing)}")
-        kubelib.kube_config.load_kube_config(
+        kubelib.kube_config().load_kube_config(
             config_file=explicit, client_configuration=configuration
         )
     elif in_cluster_available(in_cluster_dir, environ):
@@ -50,7 +50,7 @@ def load(
         )
         loader.load_and_set(configuration)
     elif (home := Path.home() / ".kube" / "config").is_file():
-        kubelib.kube_config.load_kube_config(
+        kubelib.kube_config().load_kube_config(
             config_file=str(home), client_configuration=configuration
         )
     else:
