@@ -33,9 +33,9 @@ User-keyed maps (labels, annotations, a Secret's data) are not shared: their key
 choice, so each would be a shape, and a tenant could fill the table with them. The exception is
 a map whose keys are all among the compactor's ``own_keys``, the labels and annotations a
 controller writes itself (rotator's on the Secrets it writes: 2 labels and ~3 annotations on
-each, ~60 bytes less per map shared). Such a map may take only shapes made of those keys. Shapes
-are bounded per compactor (:data:`MAX_SHAPES`); beyond that, dicts are plain again, as a
-user-keyed map always is otherwise.
+each, ~60 bytes less per map shared). Such maps may take only shapes made of those keys, and at
+most :data:`MAX_OWN_SHAPES` of them. Shapes are bounded per compactor (:data:`MAX_SHAPES`);
+beyond that, dicts are plain again, as a user-keyed map always is otherwise.
 
 Cached bodies of one API-key chain of the scale benchmark (its six objects, three Secrets also
 in the metadata view), each from its own watch event: 21.4 KB decoded, 12.4 KB interned (sizes of
@@ -72,6 +72,12 @@ USER_KEYED = frozenset({"labels", "annotations", "matchLabels", "nodeSelector"})
 MAX_SHAPES = 1024
 """Distinct key tuples one compactor shares keys for. A chain of the scale benchmark has ~20."""
 
+MAX_OWN_SHAPES = 32
+"""Shapes the user-keyed maps of own keys may take, of :data:`MAX_SHAPES`. rotator writes a
+handful (2 label maps, ~6 annotation maps); anyone who may label a Secret as rotator's could
+write any subset of the own keys, ~6,000 of them, and fill the table for every other kind of
+map, so these get a budget of their own. Beyond it such maps are plain, as before."""
+
 MAX_SHARED_KEYS = 30
 """Dicts with more keys than this stay plain (CPython shares at most 30 keys per class)."""
 
@@ -89,6 +95,7 @@ class Compactor:
         self._max_shapes = max_shapes
         self._own_keys = own_keys
         self._shapes: dict[tuple[str, ...], type] = {}
+        self._own_shapes = 0  # of self._shapes, those of user-keyed maps (MAX_OWN_SHAPES)
         self._lock = threading.Lock()
 
     @property
@@ -120,10 +127,12 @@ class Compactor:
         """``value`` rebuilt: a key-sharing dict when its shape may be one, else a plain dict
         with interned keys. One pass, values converted as they are set; strings inline (most
         values are, and a call per string was a third of the time)."""
-        if key in USER_KEYED and not (self._own_keys and self._own_keys.issuperset(value)):
-            cls = None
-        else:
+        if key not in USER_KEYED:
             cls = self._shape(value)
+        elif self._own_keys and self._own_keys.issuperset(value):
+            cls = self._shape(value, own=True)
+        else:
+            cls = None
         if cls is None:
             return {_intern(k): self._field(k, v, top) for k, v in value.items()}
         holder = cls()
@@ -145,10 +154,11 @@ class Compactor:
             return {_intern(name): data for name, data in value.items()}
         return self._value(value, key)
 
-    def _shape(self, value: dict[str, Any]) -> type | None:
+    def _shape(self, value: dict[str, Any], *, own: bool = False) -> type | None:
         """The class whose instances' dicts share ``value``'s keys, in its order; None when it
         may not have one: empty, too many keys, a key the class machinery would read, or the
-        table of shapes full."""
+        table of shapes full (for a user-keyed map of ``own`` keys: its
+        :data:`MAX_OWN_SHAPES`)."""
         if not value or len(value) > MAX_SHARED_KEYS:
             return None
         keys = tuple(value)
@@ -162,5 +172,9 @@ class Compactor:
             if cls is None:
                 if len(self._shapes) >= self._max_shapes:
                     return None
+                if own:
+                    if self._own_shapes >= MAX_OWN_SHAPES:
+                        return None
+                    self._own_shapes += 1
                 cls = self._shapes[keys] = type("SharedKeys", (), {})
         return cls

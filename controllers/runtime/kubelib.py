@@ -22,9 +22,10 @@ real package's ``__init__``. Then every ``kubernetes`` entry they added is taken
 checks a class by identity: a ``Configuration`` of either import works with both, since it is
 only read by attribute.
 
-``kube_config`` imports ``ApiClient`` from ``kubernetes.client`` only for
-``new_client_from_config``, which rotator never calls. The stand-in gives it
-:class:`_NoApiClient`, which raises if it is ever constructed.
+``kube_config`` imports ``ApiClient`` from ``kubernetes.client`` for ``new_client_from_config``,
+which rotator never calls, and to refresh an expired token of the ``oidc`` auth provider (its
+discovery request). The stand-in gives it :func:`_api_client`, which imports the whole package
+then, and only then: a kubeconfig whose OIDC token needs a refresh pays the 11 MiB.
 
 If the whole package was imported before this module (``kubernetes.client`` in
 ``sys.modules``), its own modules are used. ``kube_config`` is imported on first use
@@ -61,13 +62,10 @@ _loaded: dict[str, types.ModuleType] = {}
 ``kube_config`` is imported later, so that it shares them (one ``ConfigException``)."""
 
 
-class _NoApiClient:
-    """What ``kube_config`` sees as ``kubernetes.client.ApiClient`` (see the module docstring)."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        raise RuntimeError(
-            "rotator imports kubernetes without ApiClient (controllers.runtime.kubelib)"
-        )
+def _api_client(*args: Any, **kwargs: Any) -> Any:
+    """What ``kube_config`` sees as ``kubernetes.client.ApiClient``: the real one, from the
+    whole package, imported on this first use (see the module docstring)."""
+    return importlib.import_module("kubernetes.client").ApiClient(*args, **kwargs)
 
 
 def _import(names: tuple[str, ...]) -> dict[str, types.ModuleType]:
@@ -82,7 +80,9 @@ def _import(names: tuple[str, ...]) -> dict[str, types.ModuleType]:
             raise ImportError("the kubernetes package is not installed")
         root = Path(next(iter(spec.submodule_search_locations)))
         before = {
-            k: v for k, v in sys.modules.items() if k == _PACKAGE or k.startswith("kubernetes.")
+            k: v
+            for k, v in list(sys.modules.items())
+            if k == _PACKAGE or k.startswith("kubernetes.")
         }
         try:
             for name in before:  # the whole package, imported since: not seen meanwhile
@@ -96,16 +96,15 @@ def _import(names: tuple[str, ...]) -> dict[str, types.ModuleType]:
             configuration = importlib.import_module("kubernetes.client.configuration")
             client_stand_in = sys.modules["kubernetes.client"]
             client_stand_in.Configuration = configuration.Configuration  # type: ignore[attr-defined]
-            client_stand_in.ApiClient = _NoApiClient  # type: ignore[attr-defined]
+            client_stand_in.ApiClient = _api_client  # type: ignore[attr-defined]
             return {name: importlib.import_module(name) for name in names}
         finally:
-            for name in [k for k in sys.modules if k == _PACKAGE or k.startswith("kubernetes.")]:
+            added = [k for k in list(sys.modules) if k == _PACKAGE or k.startswith("kubernetes.")]
+            for name in added:
                 if name not in _STAND_INS:
                     _loaded.setdefault(name, sys.modules[name])
-                if name in before:
-                    sys.modules[name] = before[name]
-                else:
-                    del sys.modules[name]
+                del sys.modules[name]
+            sys.modules.update(before)  # the whole package, as it was, when it was imported
 
 
 _modules = _import(_PARTS)

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from controllers.runtime.compaction import MAX_SHARED_KEYS, Compactor
+from controllers.runtime.compaction import MAX_OWN_SHAPES, MAX_SHARED_KEYS, Compactor
 
 compact = Compactor()
 
@@ -200,3 +200,24 @@ def test_maps_of_the_controllers_own_keys_share_and_others_stay_plain() -> None:
         got = compactor(decoded({"metadata": {"name": "s", "labels": labels}}))
         assert got["metadata"]["labels"] == labels
     assert compactor.shapes == before, "a map with a key not its own makes no shape"
+
+
+def test_maps_of_own_keys_take_at_most_their_own_budget_of_shapes() -> None:
+    """Whoever may label a Secret as rotator's may write any subset of its keys: those maps
+    stop sharing after :data:`MAX_OWN_SHAPES` shapes, and every other kind of map still gets
+    its shapes. Mutation caught: own-key maps drawing on the whole table (its 64 shapes are
+    then all theirs, and the spec below gets none)."""
+    own = frozenset(f"rotator.dev/k{i}" for i in range(7))
+    compactor = Compactor(max_shapes=64, own_keys=own)
+    keys = sorted(own)
+    subsets = [[k for b, k in enumerate(keys) if mask >> b & 1] for mask in range(1, 128)]
+    for subset in subsets:
+        labels = dict.fromkeys(subset, "v")
+        got = compactor(decoded({"metadata": {"labels": labels}}))
+        assert got["metadata"]["labels"] == labels
+    assert compactor.shapes == MAX_OWN_SHAPES + 2, "the budget, the object and its metadata"
+    spec = decoded({"spec": {"a": 1, "b": 2}})
+    assert compactor(spec) == spec
+    assert compactor.shapes == MAX_OWN_SHAPES + 4, (
+        "other maps still get shapes: the object, its spec"
+    )

@@ -641,13 +641,21 @@ def test_the_single_leaders_lease_says_the_shard_count_before_any_shard_is_taken
     w = World()
     try:
         path = objects.LEASES.path(namespace=NS, name=ID)
-        rendered = {"name": ID, "namespace": NS, "labels": {"helm.sh/chart": "rotator"}}
+        rendered = {
+            "name": ID,
+            "namespace": NS,
+            "labels": {"helm.sh/chart": "rotator"},
+            "annotations": {"meta.helm.sh/release-name": "rotator"},
+        }
         with w.transport._lock:
             w.transport._store(path, {"metadata": rendered})
         w.coordinator.tick()
         metadata = single_leader_lease(w)["metadata"]
         assert metadata["labels"] == {"helm.sh/chart": "rotator"}
-        assert metadata["annotations"] == {shards.SHARDS_ANNOTATION: str(N)}
+        assert metadata["annotations"] == {
+            "meta.helm.sh/release-name": "rotator",
+            shards.SHARDS_ANNOTATION: str(N),
+        }
         assert w.coordinator.held() == list(range(N))
     finally:
         w.coordinator.shutdown()
