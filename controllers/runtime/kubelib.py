@@ -108,13 +108,10 @@ def _import(names: tuple[str, ...]) -> dict[str, types.ModuleType]:
 
 
 _modules = _import(_PARTS)
-configuration_module = _modules["kubernetes.client.configuration"]
 rest = _modules["kubernetes.client.rest"]
-incluster_config = _modules["kubernetes.config.incluster_config"]
-
-Configuration: Any = configuration_module.Configuration
+Configuration: Any = _modules["kubernetes.client.configuration"].Configuration
 ConfigException: type[Exception] = _modules["kubernetes.config.config_exception"].ConfigException
-InClusterConfigLoader: Any = incluster_config.InClusterConfigLoader
+InClusterConfigLoader: Any = _modules["kubernetes.config.incluster_config"].InClusterConfigLoader
 
 
 def kube_config() -> types.ModuleType:

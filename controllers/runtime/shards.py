@@ -433,14 +433,11 @@ class SingleLeaderHoldBack:
                 continue
             except errors.ApiError as exc:
                 return f"the Lease {name} could not be read: {exc}"
-            if self.may_work(name, shard, now):
+            if self._others.may_work(name, shard, now):
                 working.append(name)
         if working:
             return f"replicas with {count} shards may still be at work: {', '.join(working)}"
         return None
-
-    def may_work(self, name: str, lease: Body, now: float) -> bool:
-        return self._others.may_work(name, lease, now)
 
 
 def _shard_count(value: object) -> int | None:
@@ -607,7 +604,7 @@ class Coordinator:
         working = sorted(
             name
             for name, lease in self._other_schemes(leases).items()
-            if self._may_work(name, lease, now)
+            if self._others.may_work(name, lease, now)
             and not self._waited_out(lease, leases, holdings, now)
         )
         if not working:
@@ -675,11 +672,6 @@ class Coordinator:
         self._others.keep_only(found)
         return found
 
-    def _may_work(self, name: str, lease: Body, now: float) -> bool:
-        """Whether a replica of another scheme may still work under Lease ``name``
-        (:meth:`OtherLeases.may_work`)."""
-        return self._others.may_work(name, lease, now)
-
     def _waited_out(
         self,
         single: Body,
@@ -706,7 +698,7 @@ class Coordinator:
         shards it was to take were held by no one meanwhile. The times are two writers' wall
         clocks: a skew below the lease duration cannot make a shard taken while a single leader
         wrote its Lease look taken a lease duration after. ``single`` may also be a shard Lease
-        of another shard count (:meth:`_may_work`): the same evidence holds for it."""
+        of another shard count (:meth:`OtherLeases.may_work`): the same evidence holds for it."""
         spec: dict[str, object] = dict(single.get("spec") or {})
         renewed = clocks.read_rfc3339(spec.get("renewTime"))
         if renewed is None:

@@ -146,12 +146,15 @@ class World:
         return [r for r in self.replicas if r.ended_at is None]
 
     def start_replica(self, shards: int = SHARDS) -> Replica:
+        """A replica with ``shards`` shards; with 1, a single leader (it elects itself only
+        when asked to: ``--leader-elect``) of the same Lease id."""
         n = len(self.replicas)
         workdir = self.workdir / f"replica-{n}"
         workdir.mkdir()
         kubeconfig = service_account_kubeconfig(self.cp, self.api, workdir / "kubeconfig")
         args = (
             "--shards", str(shards),
+            *(("--leader-elect",) if shards == 1 else ()),
             "--leader-election-namespace", manifests.NAMESPACE,
             "--leader-election-id", self.lease_id,
             "--leader-election-lease-duration", str(LEASE_DURATION),
@@ -647,11 +650,7 @@ def test_scaling_to_one_and_back_hands_shards_over_as_they_are_released(world: W
         assert r.process.proc is not None
         r.process.proc.popen.send_signal(signal.SIGTERM)
     for r in stopping:
-        assert r.process.proc is not None
-        assert r.process.proc.popen.wait(60) == 0, "drained and released"
-        r.ended_at = time.time()
-        r.process.proc.close()
-        r.process.proc = None
+        stopped_gracefully(r, "drained and released")
     wait_for(
         lambda: held(survivor) == SHARDS and set(world.holders().values()) == {survivor.identity},
         timeout=SETTLE,
@@ -714,12 +713,8 @@ def test_a_replica_with_another_shard_count_takes_nothing_while_these_shards_are
     assert held(newcomer) == 0
     assert all(held(r) == SHARDS // REPLICAS for r in live)
     newcomer.process.proc.popen.send_signal(signal.SIGTERM)
-    assert newcomer.process.proc.popen.wait(60) == 0, "stopped gracefully"
-    newcomer.ended_at = time.time()
-    newcomer.process.proc.close()
-    newcomer.process.proc = None
-    assert world.holders() == before
-    assert changes(world, since=began) == [], "no shard of 6 moved"
+    stopped_gracefully(newcomer, "stopped gracefully")
+    assert_took_nothing(world, newcomer, since=began, holders=before)
     taken = [
         e.name
         for e in world.leases.events()
@@ -729,8 +724,6 @@ def test_a_replica_with_another_shard_count_takes_nothing_while_these_shards_are
         and (e.obj.get("spec") or {}).get("holderIdentity")
     ]
     assert taken == [], f"a shard of {OTHER_COUNT} was held: {taken}"
-    assert world.reconciles()[newcomer.identity] == {}, "it reconciled nothing"
-    assert_no_overlap(world)
 
 
 def test_a_single_leader_takes_nothing_while_these_shards_are_held(world: World) -> None:
@@ -741,19 +734,8 @@ def test_a_single_leader_takes_nothing_while_these_shards_are_held(world: World)
     live = world.three_settled()
     began = time.time()
     before = world.holders()
-    workdir = world.workdir / f"single-{len(world.replicas)}"
-    workdir.mkdir()
-    kubeconfig = service_account_kubeconfig(world.cp, world.api, workdir / "kubeconfig")
-    args = (
-        "--leader-election-lease-duration", str(LEASE_DURATION),
-        "--leader-election-renew-deadline", str(RENEW_DEADLINE),
-        "--leader-election-retry-period", str(RETRY_PERIOD),
-        "--workers", str(WORKERS),
-    )  # fmt: skip
-    process = ControllerProcess(kubeconfig, workdir, env=world.env, args=args, lease=world.lease_id)
-    process.start(wait_leading=False)
-    single = Replica(process, identity_of(process))
-    world.replicas.append(single)
+    single = world.start_replica(shards=1)
+    process = single.process
     assert process.proc is not None
     wait_for(
         lambda: "leader.held_back" in process.logs(),
@@ -773,13 +755,28 @@ def test_a_single_leader_takes_nothing_while_these_shards_are_held(world: World)
     assert process.metric("leader_election_master_status", name=world.lease_id) == 0
     assert all(held(r) == SHARDS // REPLICAS for r in live)
     process.proc.popen.send_signal(signal.SIGTERM)
-    assert process.proc.popen.wait(60) == 0, "stopped gracefully"
-    single.ended_at = time.time()
-    process.proc.close()
-    process.proc = None
-    assert world.holders() == before
-    assert changes(world, since=began) == [], "no shard moved"
-    assert world.reconciles()[single.identity] == {}, "it reconciled nothing"
+    stopped_gracefully(single, "stopped gracefully")
+    assert_took_nothing(world, single, since=began, holders=before)
+
+
+def stopped_gracefully(replica: Replica, what: str) -> None:
+    """Waits for ``replica``, sent SIGTERM, to exit 0 (``what`` says why it must), and records
+    when it ended."""
+    assert replica.process.proc is not None
+    assert replica.process.proc.popen.wait(60) == 0, what
+    replica.ended_at = time.time()
+    replica.process.proc.close()
+    replica.process.proc = None
+
+
+def assert_took_nothing(
+    world: World, replica: Replica, *, since: float, holders: dict[int, str]
+) -> None:
+    """``replica``, started beside the world's shards at ``since`` and stopped, moved none of
+    them (still ``holders``), reconciled nothing, and overlapped no one."""
+    assert world.holders() == holders
+    assert changes(world, since=since) == [], f"no shard of {SHARDS} moved"
+    assert world.reconciles()[replica.identity] == {}, "it reconciled nothing"
     assert_no_overlap(world)
 
 
