@@ -20,11 +20,10 @@ deadline), ``cache`` (the memory); this facade composes them.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
-from typing import Any
-
-import requests
+from typing import TYPE_CHECKING, Any
 
 from rotator import providercalls
 from rotator.bulkhead import Bulkheads
@@ -37,8 +36,13 @@ from rotator.oidc.cache import (
     MAX_ISSUERS,
     Remembered,
 )
+from rotator.oidc.failures import classify
 from rotator.oidc.grant import INSECURE_FLAG, REFRESH_MARGIN, Client, InsecureIssuer, Token
-from rotator.oidc.transport import Transport, classify
+
+if TYPE_CHECKING:
+    import requests
+
+    from rotator.oidc.transport import Transport
 
 __all__ = [
     "DEADLINE",
@@ -85,7 +89,10 @@ class TokenSource:
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._transport = Transport(max_body=max_body, session=session, monotonic=monotonic)
+        self._session = session
+        self._max_body = max_body
+        self._transport: Transport | None = None
+        self._transport_lock = threading.Lock()
         self._allow_insecure = allow_insecure
         self._bulkheads = Bulkheads("OIDC issuer", limit=concurrency, wait=SLOT_WAIT)
         self._calls = providercalls.ProviderCalls(
@@ -146,9 +153,21 @@ class TokenSource:
         return self._calls.run(
             call,
             lambda: grant.answer(
-                *self._transport.exchange(method, url, deadline, **kwargs), secret=secret
+                *self._http().exchange(method, url, deadline, **kwargs), secret=secret
             ),
             bulkhead=self._bulkheads.of(grant.host(url)),
             deadline=deadline,
             where=grant.where(url),
         )
+
+    def _http(self) -> Transport:
+        """The transport, made on the first exchange: its module imports ``requests`` (see
+        :mod:`.failures`), which a controller without OIDC policies never needs."""
+        with self._transport_lock:
+            if self._transport is None:
+                from rotator.oidc.transport import Transport  # noqa: PLC0415 - requests, on first use
+
+                self._transport = Transport(
+                    max_body=self._max_body, session=self._session, monotonic=self._monotonic
+                )
+            return self._transport

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from rotator import errors
-from rotator.oidc.transport import Unusable
+from rotator.oidc.failures import Unusable
 from rotator.providercalls import Failure, status_code
 
 REFRESH_MARGIN = 60.0
@@ -102,7 +102,7 @@ def check_scheme(url: str, what: str, *, allow_insecure: bool) -> None:
 
 
 def answer(status: int, body: bytes, *, secret: str = "") -> dict[str, object]:
-    """The JSON object of a 2xx answer, else :class:`~.transport.Unusable`: 5xx and 429 are
+    """The JSON object of a 2xx answer, else :class:`~.failures.Unusable`: 5xx and 429 are
     transient, a redirect (not followed) and any other 4xx are refusals (coded by their status,
     their OAuth ``error`` shown in the message unless it overlaps ``secret``, the client secret
     just sent: an issuer that echoes it must not put it in a condition), a body that is not a

@@ -34,22 +34,8 @@ import urllib3.exceptions
 import urllib3.poolmanager
 import urllib3.response
 
+from rotator.oidc.failures import Unusable
 from rotator.providercalls import DEADLINE_EXCEEDED, Failure
-
-
-class Unusable(Exception):
-    """An exchange that ended without an answer rotator will use: ``failure`` says why, for
-    :func:`classify` (never with a byte of the response: it may quote the request)."""
-
-    def __init__(self, failure: Failure) -> None:
-        super().__init__(failure.code)
-        self.failure = failure
-
-
-def classify(exc: Exception) -> Failure | None:
-    """The :mod:`rotator.providercalls` classifier of OIDC calls: every failure of theirs is an
-    :class:`Unusable`, anything else a bug that propagates."""
-    return exc.failure if isinstance(exc, Unusable) else None
 
 
 class Transport:

@@ -20,7 +20,7 @@ from rotator import errors, oidc
 from rotator.bulkhead import Bulkheads
 from rotator.oidc import grant
 from rotator.oidc.cache import Remembered
-from rotator.oidc.transport import Unusable
+from rotator.oidc.failures import Unusable
 from rotator_devkit.devenv.standins.azure import tls_context
 from tests.support.polling import wait_for
 
