@@ -5,9 +5,9 @@ Secret's, layout), re-read when the files change — checked at most every 10 se
 connection, as controller-runtime's ``certwatcher`` polls — so a renewed certificate is served
 without a restart, and a half-written one is skipped until it is whole. Without a folder, a
 self-signed certificate for ``localhost`` and 127.0.0.1 is made at start (controller-runtime's
-fallback, and kubebuilder's default for metrics): the traffic is encrypted, and scrapers either
-skip verification or pin it. Its private key lives in memory, and in a private temporary file
-only for the moment :mod:`ssl` needs to load it.
+fallback, and kubebuilder's default for metrics), by a child process (:mod:`.selfsigned`): the
+traffic is encrypted, and scrapers either skip verification or pin it. Its private key lives in
+memory, and in a private temporary file only for the moment :mod:`ssl` needs to load it.
 
 TLS 1.2 at least, HTTP/1.1 only (kubebuilder turns HTTP/2 off on its metrics endpoint). The
 handshake runs on the request's own thread with a timeout, so a silent client holds only that
@@ -18,11 +18,11 @@ request to an HTTPS server.``, instead of a bare reset.
 from __future__ import annotations
 
 import contextlib
-import datetime
-import ipaddress
 import os
 import socket
 import ssl
+import subprocess
+import sys
 import tempfile
 import threading
 from http.server import ThreadingHTTPServer
@@ -30,10 +30,6 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import structlog
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from controllers.runtime.clock import Clock, RealClock
 
@@ -41,7 +37,10 @@ log = structlog.get_logger(__name__)
 
 CERT_NAME = "tls.crt"
 KEY_NAME = "tls.key"
-_SELF_SIGNED_VALIDITY = datetime.timedelta(days=365)  # client-go's GenerateSelfSignedCertKey
+_CHILD_TIMEOUT = 60.0
+"""Seconds the child that makes the self-signed certificate may take (a cold start of Python and
+``cryptography`` on a throttled CPU takes a few)."""
+_KEY_MARKER = b"-----BEGIN PRIVATE KEY-----"
 _TLS_HANDSHAKE = 0x16  # the content type of the first record a TLS client sends
 _PLAIN_HTTP_REPLY = (
     b"HTTP/1.0 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\n"
@@ -58,30 +57,26 @@ class Certificates(Protocol):
 def self_signed_pem(
     host: str = "localhost", ips: tuple[str, ...] = ("127.0.0.1",)
 ) -> tuple[bytes, bytes]:
-    """``(certificate PEM, private key PEM)``: a fresh ECDSA P-256 key and a self-signed
-    serving certificate for ``host`` and ``ips``, valid for a year (from an hour ago)."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    now = datetime.datetime.now(datetime.UTC)
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, host)])
-    alt_names: list[x509.GeneralName] = [x509.DNSName(host)]
-    alt_names += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ips]
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(hours=1))
-        .not_valid_after(now + _SELF_SIGNED_VALIDITY)
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(x509.SubjectAlternativeName(alt_names), critical=False)
-        .sign(key, hashes.SHA256())
-    )
-    key_pem = key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    )
-    return cert.public_bytes(serialization.Encoding.PEM), key_pem
+    """``(certificate PEM, private key PEM)`` of :func:`.selfsigned.pem`, made in a child
+    process (see :mod:`.selfsigned` for why); in this one if the child cannot run or fails —
+    the same certificate, at the cost of the memory."""
+    try:
+        child = subprocess.run(
+            [sys.executable, "-m", "controllers.runtime.selfsigned", host, *ips],
+            capture_output=True,
+            timeout=_CHILD_TIMEOUT,
+            check=True,
+        )
+        cert, marker, key = child.stdout.partition(_KEY_MARKER)
+        if not cert.startswith(b"-----BEGIN CERTIFICATE-----") or not marker:
+            raise ValueError("the output holds no certificate and key")
+        return cert, marker + key
+    except (OSError, subprocess.SubprocessError, ValueError) as exc:
+        # the exception's type only: a failed child's output is not shown (it may hold a key)
+        log.warning("tls.self_signed_in_process", reason=type(exc).__name__)
+        from controllers.runtime import selfsigned  # noqa: PLC0415 - cryptography, as a fallback
+
+        return selfsigned.pem(host, ips)
 
 
 def server_context(cert_file: str | Path, key_file: str | Path) -> ssl.SSLContext:

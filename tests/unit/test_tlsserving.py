@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import socket
 import ssl
+import subprocess
+import sys
 import tempfile
 import urllib.error
 import urllib.request
@@ -14,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from cryptography import x509
+from cryptography.hazmat.primitives import serialization
 from prometheus_client import CollectorRegistry, Counter
 from structlog.testing import capture_logs
 
@@ -142,3 +145,44 @@ def test_the_metrics_server_answers_what_the_filter_decides(
         status, text = get(url, context=pinned, token=TOKEN)
         assert status == 200
         assert "rotator_test_scrapes_total 1.0" in text
+
+
+def _is_pair(cert_pem: bytes, key_pem: bytes) -> bool:
+    cert = x509.load_pem_x509_certificate(cert_pem)
+    key = serialization.load_pem_private_key(key_pem, password=None)
+    public = serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    return cert.public_key().public_bytes(*public) == key.public_key().public_bytes(*public)
+
+
+def test_the_self_signed_certificate_is_made_without_loading_cryptography_here() -> None:
+    """The child process makes it: the controller's own process never imports ``cryptography``
+    (its bindings would stay resident, ~8 MiB), and gets a certificate for localhost with its
+    key."""
+    probe = (
+        "import sys\n"
+        "from controllers.runtime import tlsserving\n"
+        "cert, key = tlsserving.self_signed_pem()\n"
+        "assert 'cryptography' not in sys.modules, 'loaded here'\n"
+        "sys.stdout.buffer.write(cert + key)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, check=True, timeout=60
+    ).stdout
+    cert, marker, key = out.partition(b"-----BEGIN PRIVATE KEY-----")
+    assert _is_pair(cert, marker + key)
+    names = x509.load_pem_x509_certificate(cert).extensions.get_extension_for_class(
+        x509.SubjectAlternativeName
+    )
+    assert names.value.get_values_for_type(x509.DNSName) == ["localhost"]
+
+
+def test_without_a_child_process_the_certificate_is_made_here(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(sys, "executable", "/nonexistent/python")
+    with capture_logs() as logs:
+        cert, key = tlsserving.self_signed_pem()
+    assert _is_pair(cert, key)
+    assert [e["reason"] for e in logs if e["event"] == "tls.self_signed_in_process"] == [
+        "FileNotFoundError"
+    ]
