@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from controllers.runtime import client as clients
 from controllers.runtime import objects
@@ -33,6 +34,23 @@ def install_rbac(api: clients.Client) -> None:
     manifests.apply(api, docs)
 
 
+def service_account_token(api: clients.Client) -> str:
+    """A token of the controller's ServiceAccount, valid for a day."""
+    return str(
+        api.create(
+            objects.SERVICEACCOUNTS,
+            {
+                "apiVersion": "authentication.k8s.io/v1",
+                "kind": "TokenRequest",
+                "spec": {"expirationSeconds": 24 * 3600},
+            },
+            namespace=manifests.NAMESPACE,
+            name=SERVICE_ACCOUNT,
+            subresource="token",
+        )["status"]["token"]
+    )
+
+
 def service_account_kubeconfig(
     control_plane: LocalControlPlane,
     api: clients.Client,
@@ -43,33 +61,50 @@ def service_account_kubeconfig(
 ) -> Path:
     """A kubeconfig with a token of the controller's ServiceAccount; ``server`` and ``ca_file``
     point it elsewhere than the API server (a proxy in front of it)."""
-    token = api.create(
-        objects.SERVICEACCOUNTS,
-        {
-            "apiVersion": "authentication.k8s.io/v1",
-            "kind": "TokenRequest",
-            "spec": {"expirationSeconds": 24 * 3600},
-        },
-        namespace=manifests.NAMESPACE,
-        name=SERVICE_ACCOUNT,
-        subresource="token",
-    )["status"]["token"]
     write_kubeconfig(
         path,
         server=server or control_plane.server,
         ca_file=ca_file or control_plane.ca_file,
         user=SERVICE_ACCOUNT,
-        credentials={"token": token},
+        credentials={"token": service_account_token(api)},
     )
     return path
 
 
+def in_cluster_environment(
+    control_plane: LocalControlPlane,
+    api: clients.Client,
+    folder: Path,
+    *,
+    server: str | None = None,
+    ca_file: Path | None = None,
+) -> dict[str, str]:
+    """What a Pod of the controller reads to reach the API server, and no kubeconfig: the files
+    the kubelet projects (token, ca.crt, namespace) in ``folder`` and ``KUBERNETES_SERVICE_*``;
+    the environment of a controller process started without ``--kubeconfig``. The loading is
+    the Pod's (``restconfig``'s in-cluster branch, which imports no kubeconfig loader);
+    ``server`` and ``ca_file`` as in :func:`service_account_kubeconfig`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "token").write_text(service_account_token(api))
+    (folder / "ca.crt").write_bytes((ca_file or control_plane.ca_file).read_bytes())
+    (folder / "namespace").write_text(manifests.NAMESPACE)
+    url = urlsplit(server or control_plane.server)
+    return {
+        "KUBERNETES_SERVICE_HOST": url.hostname or "127.0.0.1",
+        "KUBERNETES_SERVICE_PORT": str(url.port or 443),
+        "ROTATOR_IN_CLUSTER_DIR": str(folder),
+        "KUBECONFIG": "",  # the runner's own, if set, would come first (restconfig's order)
+    }
+
+
 class ControllerProcess:
-    """``rotator run`` against the test control plane; start, stop, restart, inspect."""
+    """``rotator run`` against the test control plane; start, stop, restart, inspect. With no
+    ``kubeconfig``, the controller finds the API server as a Pod does (``env`` from
+    :func:`in_cluster_environment`)."""
 
     def __init__(
         self,
-        kubeconfig: Path,
+        kubeconfig: Path | None,
         workdir: Path,
         *,
         env: dict[str, str] | None = None,
@@ -102,7 +137,7 @@ class ControllerProcess:
         metrics, probes = free_port(), free_port()
         argv = [
             "-m", self.module, "run",
-            "--kubeconfig", str(self.kubeconfig),
+            *(("--kubeconfig", str(self.kubeconfig)) if self.kubeconfig is not None else ()),
             "--metrics-bind-address", f"127.0.0.1:{metrics}",
             # plain HTTP, for metric() and idle(); a later --metrics-secure in args or extra
             # wins (tests/e2e/test_metrics_auth.py reads the secure endpoint itself)

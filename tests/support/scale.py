@@ -38,9 +38,9 @@ from tests.support.apiproxy import APIProxy
 from tests.support.chain import Chain
 from tests.support.controller import (
     ControllerProcess,
+    in_cluster_environment,
     install_crds,
     install_rbac,
-    service_account_kubeconfig,
 )
 from tests.support.polling import wait_for
 from tests.support.recording import LatestStates
@@ -382,20 +382,22 @@ def controller_process(
     via: APIProxy | None = None,
 ) -> ControllerProcess:
     """``rotator run`` as its ServiceAccount, logging at the deployed level, with the image's
-    modules only (:mod:`tests.support.asdeployed`), with ``args``;
-    talking to the API server through ``via`` when given (a proxy that counts its bytes)."""
-    kubeconfig = service_account_kubeconfig(
+    modules only (:mod:`tests.support.asdeployed`), finding the API server as its Pod does (the
+    ServiceAccount's files, no kubeconfig: :func:`~tests.support.controller.in_cluster_environment`),
+    with ``args``; talking to the API server through ``via`` when given (a proxy that counts its
+    bytes)."""
+    pod = in_cluster_environment(
         control_plane,
         api,
-        workdir / "kubeconfig",
+        workdir / "serviceaccount",
         server=via.url if via is not None else None,
         ca_file=via.ca_file if via is not None else None,
     )
     return ControllerProcess(
-        kubeconfig,
+        None,
         workdir,
         args=(*CONTROLLER_ARGS, *args),
-        env={**CONTROLLER_ENV, **asdeployed.environment(workdir)},
+        env={**CONTROLLER_ENV, **asdeployed.environment(workdir), **pod},
     )
 
 
