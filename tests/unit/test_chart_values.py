@@ -100,6 +100,8 @@ ENV = [
     {"name": "AWS_REGION", "value": "eu-west-1"},
     {"name": "AWS_EC2_METADATA_DISABLED", "value": "true"},
 ]
+VOLUME = {"name": "issuer-ca", "configMap": {"name": "issuer-ca"}}
+MOUNT = {"name": "issuer-ca", "mountPath": "/etc/rotator/ca", "readOnly": True}
 
 KNOBS: dict[str, tuple[dict[str, Any], Diff]] = {
     "image": (
@@ -277,6 +279,12 @@ KNOBS: dict[str, tuple[dict[str, Any], Diff]] = {
         expect(deployment({ARGS: [*DEFAULT_ARGS, "--workers=8", "--sync-period=600"]})),
     ),
     "extraEnv": ({"extraEnv": ENV}, expect(deployment(at((*CONTAINER, "env"), ENV)))),
+    "extraVolumes and extraVolumeMounts": (
+        {"extraVolumes": [VOLUME], "extraVolumeMounts": [MOUNT]},
+        expect(
+            deployment(at((*POD, "volumes", 1), VOLUME), at((*CONTAINER, "volumeMounts", 1), MOUNT))
+        ),
+    ),
     "controllerIdentityNamespaces": (
         {"controllerIdentityNamespaces": ["team-a", "team-b"]},
         expect(
