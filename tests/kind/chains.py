@@ -9,7 +9,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from controllers.reconcilers import api as rapi
-from tests.kind.cluster import Cluster
+from tests.kind.cluster import REPO, Cluster
+from tests.kind.standins import StandIns
 from tests.support.polling import Timeout, wait_for
 
 ROLE_ARN = "arn:aws:iam::123456789012:role/bedrock"
@@ -169,3 +170,13 @@ def wait_all_ready(cluster: Cluster, *namespaces: str, timeout: float, what: str
         wait_for(lambda: not waiting(), timeout=timeout, interval=0.5, what=what)
     except Timeout:
         raise Timeout(f"{what}: still not Ready after {timeout} s: {waiting()}") from None
+
+
+def sample_documents(standins: StandIns, cluster: Cluster, namespace: str) -> list[dict[str, Any]]:
+    """config/samples in ``namespace``, with what they name known to the stand-ins."""
+    docs = cluster.kustomize(REPO / "config" / "samples")
+    for doc in docs:
+        doc["metadata"]["namespace"] = namespace
+    secrets = [d for d in docs if d["kind"] == "Secret"]
+    standins.register(policies(docs), secrets)
+    return docs

@@ -103,15 +103,30 @@ def manifests(image: str, *, lifetime: int) -> list[dict[str, Any]]:
     return docs
 
 
+VOLUME = "rotator-standins"
+
+
+def _variables(env: dict[str, str], identity_namespaces: str | None) -> list[dict[str, str]]:
+    variables = dict(env)
+    if identity_namespaces is not None:
+        variables["ROTATOR_CONTROLLER_IDENTITY_NAMESPACES"] = identity_namespaces
+    return [{"name": k, "value": v} for k, v in sorted(variables.items())]
+
+
+VOLUME_MOUNTS: list[dict[str, Any]] = [
+    {"name": VOLUME, "mountPath": settings.MOUNT, "readOnly": True},
+    {"name": VOLUME, "mountPath": CERTIFI_BUNDLE, "subPath": settings.CA_KEY, "readOnly": True},
+]
+"""The Secret :data:`CONTROLLER_SECRET` at :data:`settings.MOUNT` (where the stand-ins'
+environment names its files), and its CA over :data:`CERTIFI_BUNDLE`."""
+VOLUMES: list[dict[str, Any]] = [{"name": VOLUME, "secret": {"secretName": CONTROLLER_SECRET}}]
+
+
 def controller_patch(env: dict[str, str], *, identity_namespaces: str | None) -> dict[str, Any]:
     """A strategic-merge patch of the controller's Deployment: ``env``, and the Secret
     :data:`CONTROLLER_SECRET` mounted at :data:`settings.MOUNT` (where ``env`` names its files)
     and its CA over :data:`CERTIFI_BUNDLE`; ``identity_namespaces``, when given, is where
     policies may use the controller's own identity (the samples' namespace)."""
-    variables = dict(env)
-    if identity_namespaces is not None:
-        variables["ROTATOR_CONTROLLER_IDENTITY_NAMESPACES"] = identity_namespaces
-    volume = "rotator-standins"
     return {
         "spec": {
             "template": {
@@ -119,22 +134,24 @@ def controller_patch(env: dict[str, str], *, identity_namespaces: str | None) ->
                     "containers": [
                         {
                             "name": CONTROLLER_CONTAINER,
-                            "env": [{"name": k, "value": v} for k, v in sorted(variables.items())],
-                            "volumeMounts": [
-                                {"name": volume, "mountPath": settings.MOUNT, "readOnly": True},
-                                {
-                                    "name": volume,
-                                    "mountPath": CERTIFI_BUNDLE,
-                                    "subPath": settings.CA_KEY,
-                                    "readOnly": True,
-                                },
-                            ],
+                            "env": _variables(env, identity_namespaces),
+                            "volumeMounts": VOLUME_MOUNTS,
                         }
                     ],
-                    "volumes": [{"name": volume, "secret": {"secretName": CONTROLLER_SECRET}}],
+                    "volumes": VOLUMES,
                 }
             }
         }
+    }
+
+
+def helm_values(env: dict[str, str], *, identity_namespaces: str | None) -> dict[str, Any]:
+    """What :func:`controller_patch` sets, as charts/rotator's values (``extraEnv``,
+    ``extraVolumes``, ``extraVolumeMounts``)."""
+    return {
+        "extraEnv": _variables(env, identity_namespaces),
+        "extraVolumes": copy.deepcopy(VOLUMES),
+        "extraVolumeMounts": copy.deepcopy(VOLUME_MOUNTS),
     }
 
 
@@ -163,6 +180,12 @@ class StandIns:
         ``ROTATOR_CONTROLLER_IDENTITY_NAMESPACES`` too (where policies may use the controller's
         own identity)."""
         return controller_patch(self.env, identity_namespaces=identity_namespaces)
+
+    def helm_values(self, identity_namespaces: str | None = None) -> dict[str, Any]:
+        """The same as charts/rotator's values (:func:`helm_values`): the Secret
+        :data:`CONTROLLER_SECRET` must be in the release's namespace
+        (:meth:`ensure_controller_secret`)."""
+        return helm_values(self.env, identity_namespaces=identity_namespaces)
 
     def calls(self) -> dict[str, int]:
         """Provider calls so far, by ``<stand-in>.<action>`` (see the constants above)."""

@@ -18,8 +18,16 @@ import pytest
 from controllers.reconcilers import api as rapi
 from controllers.runtime import objects
 from tests.kind import install
-from tests.kind.chains import KINDS, TEST_KEYS, conditions, new_api_key, not_ready, wait_all_ready
-from tests.kind.cluster import DEPLOYMENTS, PODS, REPO, Cluster, idle_pod, running
+from tests.kind.chains import (
+    KINDS,
+    TEST_KEYS,
+    conditions,
+    new_api_key,
+    not_ready,
+    sample_documents,
+    wait_all_ready,
+)
+from tests.kind.cluster import DEPLOYMENTS, PODS, Cluster, idle_pod, running
 from tests.kind.conftest import SAMPLES_NAMESPACE, Configured
 from tests.kind.controllerlogs import ControllerLogs
 from tests.kind.env import KindEnv
@@ -44,19 +52,6 @@ while True:
 """
 
 
-def sample_documents(
-    configured: Configured, cluster: Cluster, namespace: str
-) -> list[dict[str, Any]]:
-    """config/samples in ``namespace``, with what they name known to the stand-ins."""
-    docs = cluster.kustomize(REPO / "config" / "samples")
-    for doc in docs:
-        doc["metadata"]["namespace"] = namespace
-    policies = [d for d in docs if d["kind"] == "BackendSecurityPolicy"]
-    secrets = [d for d in docs if d["kind"] == "Secret"]
-    configured.standins.register(policies, secrets)
-    return docs
-
-
 class Samples:
     def __init__(
         self, namespace: str, seconds_to_ready: float, objects_ready: int, routes: set[str]
@@ -72,7 +67,7 @@ class Samples:
 def samples(cluster: Cluster, configured: Configured) -> Samples:
     cluster.create_namespace(SAMPLES_NAMESPACE)
     try:
-        docs = sample_documents(configured, cluster, SAMPLES_NAMESPACE)
+        docs = sample_documents(configured.standins, cluster, SAMPLES_NAMESPACE)
         started = time.monotonic()
         cluster.apply(docs)
         wait_all_ready(cluster, SAMPLES_NAMESPACE, timeout=180, what="every sample Ready")

@@ -30,10 +30,10 @@
 The chains: an API-key chain and an STS chain in each of :data:`SHARDS` namespaces, one in each
 shard (so that every sharded replica serves some), through the stand-ins (the ServiceAccount-token
 flow; 60 s sessions, so renewals that are due happen during an upgrade and are told apart from
-credentials minted again). The chart's ``extraEnv`` carries
-the stand-ins' plain-http AWS endpoints (:data:`STANDIN_ENV`); their CA and the pod identity
-token need a volume, which the chart has no value for, so Azure, OIDC-over-TLS and
-controller-identity chains are not part of this module.
+credentials minted again). The chart's ``extraEnv`` carries the stand-ins' plain-http AWS
+endpoints (:data:`STANDIN_ENV`) in every revision; the fresh sharded install adds their CA and
+the pod identity token (``extraVolumes``, ``extraVolumeMounts``) and config/samples, all of
+them (Azure, OIDC over TLS and the controller's own identity among them).
 
 The module starts from a cluster without config/default's objects: it asks the suite's
 ``installation`` fixture to remove what the earlier modules installed (as test_upgrade.py does),
@@ -62,11 +62,13 @@ from tests.kind import install
 from tests.kind.chains import (
     api_key_chain,
     policies,
+    sample_documents,
     sts_calls,
     sts_chains,
     wait_all_ready,
 )
 from tests.kind.cluster import DEPLOYMENTS, Cluster
+from tests.kind.conftest import SAMPLES_NAMESPACE
 from tests.kind.controllerlogs import ControllerLogs, pod_of_file
 from tests.kind.env import KindEnv
 from tests.kind.helmrelease import (
@@ -108,9 +110,9 @@ STANDIN_ENV = (
     "ROTATOR_GCP_STS_ENDPOINT",
     "ROTATOR_GCP_IAM_CREDENTIALS_ENDPOINT",
 )
-"""The stand-ins' variables that need no file (plain-http endpoints): what ``extraEnv`` can
-carry. The rest (``REQUESTS_CA_BUNDLE``, the pod identity token file) name files of a Secret
-volume the chart cannot mount."""
+"""The stand-ins' variables that need no file (plain-http endpoints): what ``extraEnv`` carries
+in every revision (image A's too). The rest (``REQUESTS_CA_BUNDLE``, the pod identity token
+file) name files of the stand-ins' Secret, which only the fresh sharded install mounts."""
 BOUNDARY = 2
 """STS exchanges that may fall on the other side of a window's ends from the write they led to."""
 DEBUG: dict[str, Any] = {"logLevel": "debug"}
@@ -1051,15 +1053,19 @@ def test_a_fresh_helm_install_of_three_replicas_with_six_shards_serves_every_cha
     sharded PodDisruptionBudget (``maxUnavailable: 1``), each replica's filtering mode logged
     once (client-side: kind's API server runs without ``ShardedListAndWatch``), ``helm test``
     passes, and an API-key and an STS chain in each shard's namespace become Ready, each object
-    reconciled by its shard's holder only."""
+    reconciled by its shard's holder only; then config/samples, every sample Ready (the chart's
+    ``extraVolumes`` and ``extraVolumeMounts`` carry the stand-ins' CA and pod identity token,
+    which the chains above do not need)."""
     if helmed.release.deployed():  # run without the uninstall test: start from no release
         helmed.release.uninstall()
     namespaces = one_namespace_per_shard(SHARDS)
     for name in namespaces:
         cluster.create_namespace(name)
+    standins.ensure_controller_secret()  # in rotator-system, which the uninstall kept
+    mounts = standins.helm_values(identity_namespaces=SAMPLES_NAMESPACE)
     try:
         started = time.monotonic()
-        helmed.release.install(values(helmed.base, kind_env.image, **SHARDED))
+        helmed.release.install(values(helmed.base, kind_env.image, **SHARDED, **mounts))
         pods = {p["metadata"]["name"] for p in wait_rolled_out(cluster)}
         rolled_out = time.monotonic() - started
         holders = wait_settled(cluster)
@@ -1073,9 +1079,18 @@ def test_a_fresh_helm_install_of_three_replicas_with_six_shards_serves_every_cha
         tested = time.monotonic() - test_started
         modes = {pod: filtering_modes(controller_logs, pod) for pod in sorted(pods)}
         pdb = cluster.get(PDBS, install.DEPLOYMENT, NAMESPACE) or {}
+        cluster.create_namespace(SAMPLES_NAMESPACE)
+        samples = sample_documents(standins, cluster, SAMPLES_NAMESPACE)
+        samples_started = time.monotonic()
+        cluster.apply(samples)
+        wait_all_ready(cluster, SAMPLES_NAMESPACE, timeout=180, what="every sample Ready")
+        samples_ready = time.monotonic() - samples_started
+        sample_routes = {
+            r["metadata"]["name"] for r in cluster.items(rapi.ROUTES, namespace=SAMPLES_NAMESPACE)
+        }
     finally:
         # the chains go first, while the controller runs (a policy's finalizer may need it)
-        cluster.delete_namespace(*namespaces)
+        cluster.delete_namespace(*namespaces, SAMPLES_NAMESPACE)
     figure(
         "helm_install_sharded",
         replicas=SHARDED_REPLICAS,
@@ -1087,6 +1102,8 @@ def test_a_fresh_helm_install_of_three_replicas_with_six_shards_serves_every_cha
         objects_reconciled=len(served.by),
         seconds_helm_test=tested,
         filtering=",".join(sorted({m for logged in modes.values() for m in logged})),
+        samples=len(samples),
+        seconds_samples_ready=samples_ready,
     )
     assert helmed.release.revision() == 1, "a new release"
     assert set(holders.values()) == pods, "every replica holds shards"
@@ -1095,3 +1112,7 @@ def test_a_fresh_helm_install_of_three_replicas_with_six_shards_serves_every_cha
     assert modes == {pod: ["client-side"] for pod in pods}, modes
     assert "Succeeded" in out, out
     served.check()
+    # every sample's Route, by name: a sample not applied, or another namespace's, would pass a
+    # count (wait_all_ready above waited for each object's conditions)
+    assert sample_routes == {d["metadata"]["name"] for d in samples if d["kind"] == "Route"}
+    assert sample_routes, "config/samples holds Routes"
