@@ -163,6 +163,7 @@ def configured(
     controller_logs.follow()
     yield Configured(standins, docs)
     scan_logs(controller_logs, standins)
+    check_certificates_made_apart(controller_logs)
 
 
 def patch_controller(cluster: Cluster, standins: StandIns) -> None:  # noqa: F811
@@ -204,6 +205,17 @@ def scan_logs(logs: ControllerLogs, standins: StandIns) -> None:  # noqa: F811
         for leak in scanner.leaks({"log": text})
     ]
     assert not found, found
+
+
+def check_certificates_made_apart(logs: ControllerLogs) -> None:
+    """Every controller that served its metrics with a self-signed certificate (config/default's
+    HTTPS) made it in a child process, as its image runs (``tlsserving.self_signed_pem``): none
+    fell back to making it in the process, which would keep ``cryptography`` resident."""
+    texts = logs.all_text()
+    served = [name for name, text in texts.items() if '"certificate": "self-signed"' in text]
+    assert served, "positive control: a controller served a self-signed certificate"
+    fell_back = [name for name, text in texts.items() if "tls.self_signed_in_process" in text]
+    assert not fell_back, fell_back
 
 
 FIGURES = pytest.StashKey[list[str]]()
