@@ -61,11 +61,14 @@ def self_signed_pem(
     process (see :mod:`.selfsigned` for why); in this one if the child cannot run or fails —
     the same certificate, at the cost of the memory."""
     try:
+        # -P and this process's own path: the child imports what this process imports, never
+        # a module that happens to lie in the working directory
         child = subprocess.run(
-            [sys.executable, "-m", "controllers.runtime.selfsigned", host, *ips],
+            [sys.executable, "-P", "-m", "controllers.runtime.selfsigned", host, *ips],
             capture_output=True,
             timeout=_CHILD_TIMEOUT,
             check=True,
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)},
         )
         cert, marker, key = child.stdout.partition(_KEY_MARKER)
         if not cert.startswith(b"-----BEGIN CERTIFICATE-----") or not marker:

@@ -186,3 +186,20 @@ def test_without_a_child_process_the_certificate_is_made_here(
     assert [e["reason"] for e in logs if e["event"] == "tls.self_signed_in_process"] == [
         "FileNotFoundError"
     ]
+
+
+def test_the_child_imports_nothing_from_the_working_directory(tmp_path: Path) -> None:
+    """A ``controllers`` package planted in the working directory is not what the child runs
+    (``-P``, and this process's path without its empty entry)."""
+    planted = tmp_path / "controllers"
+    planted.mkdir()
+    marker = tmp_path / "hijacked"
+    (planted / "__init__.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    probe = (
+        "import sys\n"
+        "from controllers.runtime import tlsserving\n"
+        "tlsserving.self_signed_pem()\n"
+        "assert 'cryptography' not in sys.modules, 'made in the process: the child failed'\n"
+    )
+    subprocess.run([sys.executable, "-P", "-c", probe], cwd=tmp_path, check=True, timeout=60)
+    assert not marker.exists(), "the child imported the planted package"
