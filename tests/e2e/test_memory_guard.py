@@ -16,10 +16,12 @@ MIB = 2**20
 CHAINS = 1000
 UNRELATED = 5000
 
-BASE_MIB = 68.0
-"""``rotator run`` idle over an empty cluster (CRDs and RBAC only); 81 before the cloud SDKs
-were loaded on first use."""
-PER_CHAIN_BYTES = 10_500
+BASE_MIB = 40.0
+"""``rotator run`` idle over an empty cluster (CRDs and RBAC only), as its Pod finds the API
+server (no kubeconfig loader); 68 before ``requests`` was imported on the first OIDC exchange,
+the self-signed certificate made by a child process (no ``cryptography`` resident) and the
+kubeconfig loader left out of a Pod; 81 before the cloud SDKs were loaded on first use."""
+PER_CHAIN_BYTES = 9_000
 """One API-key chain: its Secret, policy, backend and route, the derived and route config
 Secrets it gets, and the controller's bookkeeping (queues, indexes, event dedup). About 8 KB
 of it is the cached objects (``controllers.runtime.compaction``; ``python -m tests.bench.scale``
@@ -41,13 +43,13 @@ def ceiling_bytes(chains: int, unrelated: int) -> float:
     unrelated)``.
 
     Measured (``rotator run`` at --log-level info with the image's ``MALLOC_ARENA_MAX=2``, 2-core
-    AMD EPYC, Python 3.11): 67.8 MiB with nothing; 85 MiB at 1,000 chains and 5,000 unrelated
-    Secrets (this test); 200 MiB at 10,000 and 50,000 (``python -m tests.bench.scale``) — 10.5 KB
-    per chain with 600 bytes per unrelated Secret and about 3 MiB for the first chains. At 1,000
-    chains and 5,000 unrelated Secrets that predicts 68 + 3 + 10 + 2.9 = 83.9 MiB, and the
-    ceiling is 1.05 * 68 + 1.2 * 15.9 = 90.5 MiB: 5.5 MiB of headroom. Doubling the bytes per
-    chain (+10 MiB) fails here, and so does caching the unrelated Secrets' data (5,000 * 5.5 KiB
-    of base64 = 27 MiB more)."""
+    AMD EPYC, Python 3.11): 40.1 MiB with nothing; 54 MiB at 1,000 chains and 5,000 unrelated
+    Secrets (this test); 145 MiB at 10,000 and 50,000 (``python -m tests.bench.scale``) — about
+    9 KB per chain with 600 bytes per unrelated Secret and about 3 MiB for the first chains. At
+    1,000 chains and 5,000 unrelated Secrets that predicts 40 + 3 + 8.6 + 2.9 = 54.5 MiB, and the
+    ceiling is 1.05 * 40 + 1.2 * 14.5 = 59.4 MiB: 5 MiB of headroom. Doubling the bytes per chain
+    (+8.6 MiB) fails here, and so does caching the unrelated Secrets' data (5,000 * 5.5 KiB of
+    base64 = 27 MiB more)."""
     objects = WARM_MIB * MIB + PER_CHAIN_BYTES * chains + PER_UNRELATED_BYTES * unrelated
     return BASE_MARGIN * BASE_MIB * MIB + OBJECT_MARGIN * objects
 
