@@ -4,8 +4,8 @@ Run as ``python -m controllers.runtime.selfsigned``, it writes a fresh certifica
 private key, both PEM, to its standard output (a pipe to the controller: neither touches a disk
 or a log) and exits. :func:`controllers.runtime.tlsserving.self_signed_pem` runs it so: the
 certificate is made once, at start, and ``cryptography``'s bindings stay resident for the life
-of a process that imports them — about 8 MiB of a controller's 52 idle, for a certificate that
-nothing else of an API-key or AWS controller needs.
+of a process that imports them — about 8 MiB, a sixth of an idle controller then, for a
+certificate that nothing else of an API-key or AWS controller needs.
 """
 
 from __future__ import annotations

@@ -37,10 +37,13 @@ log = structlog.get_logger(__name__)
 
 CERT_NAME = "tls.crt"
 KEY_NAME = "tls.key"
-_CHILD_TIMEOUT = 60.0
-"""Seconds the child that makes the self-signed certificate may take (a cold start of Python and
-``cryptography`` on a throttled CPU takes a few)."""
+_CHILD_TIMEOUT = 10.0
+"""Seconds the child that makes the self-signed certificate may take (about 0.3 s; a cold start
+of Python and ``cryptography`` on a throttled CPU takes a few), before the fallback: well within
+the liveness probe's first 10 s delay and three 20 s periods, which the probe server, started
+after the metrics server, must answer."""
 _KEY_MARKER = b"-----BEGIN PRIVATE KEY-----"
+_KEY_END = b"-----END PRIVATE KEY-----\n"
 _TLS_HANDSHAKE = 0x16  # the content type of the first record a TLS client sends
 _PLAIN_HTTP_REPLY = (
     b"HTTP/1.0 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\n"
@@ -61,18 +64,21 @@ def self_signed_pem(
     process (see :mod:`.selfsigned` for why); in this one if the child cannot run or fails —
     the same certificate, at the cost of the memory."""
     try:
-        # -P and this process's own path: the child imports what this process imports, never
-        # a module that happens to lie in the working directory
+        # -P and this process's own path: the child imports from where this process imports
+        # (the image's site-packages), not from the working directory as `-m` would add it; a
+        # process itself started with `python -m` has that directory in its path already
         child = subprocess.run(
             [sys.executable, "-P", "-m", "controllers.runtime.selfsigned", host, *ips],
+            stdin=subprocess.DEVNULL,
             capture_output=True,
             timeout=_CHILD_TIMEOUT,
             check=True,
             env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)},
         )
         cert, marker, key = child.stdout.partition(_KEY_MARKER)
-        if not cert.startswith(b"-----BEGIN CERTIFICATE-----") or not marker:
-            raise ValueError("the output holds no certificate and key")
+        whole = cert.startswith(b"-----BEGIN CERTIFICATE-----") and key.endswith(_KEY_END)
+        if not marker or not whole:  # a child cut short: what it wrote is not a pair
+            raise ValueError("the output holds no whole certificate and key")
         return cert, marker + key
     except (OSError, subprocess.SubprocessError, ValueError) as exc:
         # the exception's type only: a failed child's output is not shown (it may hold a key)

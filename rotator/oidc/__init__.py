@@ -74,7 +74,8 @@ SLOT_WAIT = providercalls.SLOT_WAIT
 class TokenSource:
     """Client-credentials tokens from OIDC issuers, cached and fetched once per client, each
     call bounded by one deadline (see the module docstring). A ``session`` passed in gets
-    rotator's adapters mounted, whose connections the deadline can cut."""
+    rotator's adapters mounted, whose connections the deadline can cut, at the first exchange
+    (when the transport, and ``requests`` with it, is made)."""
 
     def __init__(
         self,

@@ -205,7 +205,10 @@ def test_the_controller_refuses_dot_segments_even_when_admission_does_not(
     # below read a log that holds every request up to the refusal (the positive control).
     wait_for(
         lambda: any(
-            r.namespace == tenant.namespace and r.subresource == "status"
+            r.namespace == tenant.namespace
+            and r.resource == "backendsecuritypolicies"
+            and r.name == "attack"
+            and r.subresource == "status"
             for r in audit_log.since(mark)
         ),
         what="positive control: the controller's status write logged",

@@ -409,3 +409,33 @@ def test_an_sdk_that_cannot_be_imported_is_a_permanent_failure_naming_the_module
     assert raised.value.code == "ImportError"
     assert not raised.value.transient
     assert not held.built
+
+
+LATE = """
+import json, sys
+import controllers.cli, controllers.reconcilers.setup, controllers.runtime.manager
+from controllers.runtime import tlsserving
+from rotator import oidc
+
+def loaded():
+    return [m for m in ("requests", "cryptography") if m in sys.modules]
+
+at_import = loaded()
+source = oidc.TokenSource()
+tlsserving.SelfSigned()
+at_start = loaded()
+source._http()  # what the first OIDC exchange does
+after_exchange = loaded()
+print(json.dumps({"at_import": at_import, "at_start": at_start, "after": after_exchange}))
+"""
+
+
+def test_requests_and_cryptography_are_not_resident_at_start() -> None:
+    """The controller's modules, an OIDC token source and the self-signed serving certificate
+    leave ``requests`` (~4 MiB) and ``cryptography`` (~8 MiB) out of the process: the first
+    waits for the first OIDC exchange (the positive control), the second for a GCP or Azure
+    credential (the certificate is made by a child process)."""
+    out = subprocess.run(
+        [sys.executable, "-P", "-c", LATE], capture_output=True, text=True, check=True, timeout=60
+    ).stdout
+    assert json.loads(out) == {"at_import": [], "at_start": [], "after": ["requests"]}

@@ -20,7 +20,7 @@ from cryptography.hazmat.primitives import serialization
 from prometheus_client import CollectorRegistry, Counter
 from structlog.testing import capture_logs
 
-from controllers.runtime import health, metricsauth, tlsserving
+from controllers.runtime import health, metricsauth, selfsigned, tlsserving
 from controllers.runtime.clock import FakeClock
 from tests.unit.test_metricsauth import STRANGER, TOKEN, FakeApiServer
 
@@ -203,3 +203,21 @@ def test_the_child_imports_nothing_from_the_working_directory(tmp_path: Path) ->
     )
     subprocess.run([sys.executable, "-P", "-c", probe], cwd=tmp_path, check=True, timeout=60)
     assert not marker.exists(), "the child imported the planted package"
+
+
+def test_a_child_cut_short_is_not_taken_for_a_pair(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Output that ends inside the key (a child killed while writing) is refused, and the
+    certificate is made here instead of failing the start at ``load_cert_chain``."""
+    cert, key = selfsigned.pem()
+    cut = (cert + key)[:-40]
+
+    def run(argv: list[str], **_: object) -> subprocess.CompletedProcess[bytes]:
+        return subprocess.CompletedProcess(argv, 0, stdout=cut, stderr=b"")
+
+    monkeypatch.setattr(subprocess, "run", run)
+    with capture_logs() as logs:
+        made = tlsserving.self_signed_pem()
+    assert _is_pair(*made)
+    assert [e["reason"] for e in logs if e["event"] == "tls.self_signed_in_process"] == [
+        "ValueError"
+    ]
