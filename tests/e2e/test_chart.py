@@ -105,6 +105,27 @@ def every_knob(watched: list[str]) -> dict[str, Any]:
         },
         "extraArgs": ["--workers=8"],
         "extraEnv": [{"name": "AWS_REGION", "value": "eu-west-1"}],
+        "extraVolumes": [
+            {"name": "issuer-ca", "configMap": {"name": "issuer-ca"}},
+            {
+                "name": "agent-token",
+                "projected": {
+                    "sources": [
+                        {
+                            "serviceAccountToken": {
+                                "path": "token",
+                                "audience": "pods.eks.amazonaws.com",
+                                "expirationSeconds": 3600,
+                            }
+                        }
+                    ]
+                },
+            },
+        ],
+        "extraVolumeMounts": [
+            {"name": "issuer-ca", "mountPath": "/etc/rotator/ca", "readOnly": True},
+            {"name": "agent-token", "mountPath": "/var/run/secrets/agent", "readOnly": True},
+        ],
         "controllerIdentityNamespaces": watched[:1],
         "watchNamespaces": watched,
         "metrics": {
