@@ -72,6 +72,14 @@ MISTAKES: dict[str, tuple[dict[str, Any], str]] = {
         {"extraEnv": [{"value": "x"}]},
         "at '/extraEnv/0': missing property 'name'",
     ),
+    "extraVolumeMounts without a mountPath": (
+        {"extraVolumeMounts": [{"name": "issuer-ca"}]},
+        "at '/extraVolumeMounts/0': missing property 'mountPath'",
+    ),
+    "extraVolumes without a name": (
+        {"extraVolumes": [{"configMap": {"name": "issuer-ca"}}]},
+        "at '/extraVolumes/0': missing property 'name'",
+    ),
     "podLabels with a number": (
         {"podLabels": {"tier": 1}},
         "at '/podLabels/tier': got number, want string",
