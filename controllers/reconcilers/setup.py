@@ -67,7 +67,7 @@ def credential_sources(
 ) -> dict[str, CredentialSource]:
     """One source per policy type, with the provider clients they share — each cloud's built,
     and its SDK imported, when the first policy that calls that cloud is reconciled
-    (credentialsources.lazy): never at start-up."""
+    (rotator.lazy): never at start-up."""
     concurrency = options.provider_concurrency
     tokens = oidc.TokenSource(
         observer=metrics,

@@ -20,13 +20,13 @@ deadline), ``cache`` (the memory); this facade composes them.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from rotator import providercalls
 from rotator.bulkhead import Bulkheads
+from rotator.lazy import Lazy
 from rotator.observe import NoObserver, Observer
 from rotator.oidc import grant
 from rotator.oidc.cache import (
@@ -90,10 +90,10 @@ class TokenSource:
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._session = session
-        self._max_body = max_body
-        self._transport: Transport | None = None
-        self._transport_lock = threading.Lock()
+        self._transport: Lazy[Transport] = Lazy(
+            lambda: _transport(max_body=max_body, session=session, monotonic=monotonic),
+            what="the OIDC transport (requests)",
+        )
         self._allow_insecure = allow_insecure
         self._bulkheads = Bulkheads("OIDC issuer", limit=concurrency, wait=SLOT_WAIT)
         self._calls = providercalls.ProviderCalls(
@@ -150,25 +150,26 @@ class TokenSource:
         self, call: str, method: str, url: str, deadline: float, *, secret: str = "", **kwargs: Any
     ) -> dict[str, object]:
         """One exchange through the provider fence, in a slot of its host's bulkhead (``secret``:
-        the client secret it sends, kept out of what the answer's error shows)."""
+        the client secret it sends, kept out of what the answer's error shows). The transport is
+        built before the fence, as every provider client is (:mod:`rotator.lazy`): its import
+        takes no slot of the issuer's bulkhead and no part of the call's deadline."""
+        transport = self._transport.get()
         return self._calls.run(
             call,
             lambda: grant.answer(
-                *self._http().exchange(method, url, deadline, **kwargs), secret=secret
+                *transport.exchange(method, url, deadline, **kwargs), secret=secret
             ),
             bulkhead=self._bulkheads.of(grant.host(url)),
             deadline=deadline,
             where=grant.where(url),
         )
 
-    def _http(self) -> Transport:
-        """The transport, made on the first exchange: its module imports ``requests`` (see
-        :mod:`.failures`), which a controller without OIDC policies never needs."""
-        with self._transport_lock:
-            if self._transport is None:
-                from rotator.oidc.transport import Transport  # noqa: PLC0415 - requests, on first use
 
-                self._transport = Transport(
-                    max_body=self._max_body, session=self._session, monotonic=self._monotonic
-                )
-            return self._transport
+def _transport(
+    *, max_body: int, session: requests.Session | None, monotonic: Callable[[], float]
+) -> Transport:
+    """The HTTP transport; its module imports ``requests`` (see :mod:`.failures`), which a
+    controller without OIDC policies never needs."""
+    from rotator.oidc.transport import Transport  # noqa: PLC0415 - requests, on first use
+
+    return Transport(max_body=max_body, session=session, monotonic=monotonic)

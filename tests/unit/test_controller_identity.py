@@ -30,13 +30,13 @@ from controllers.reconcilers.credentialsources import (
 from controllers.reconcilers.credentialsources.aws import AWSCredentialsSource
 from controllers.reconcilers.credentialsources.azure import AzureCredentialsSource
 from controllers.reconcilers.credentialsources.gcp import GCPCredentialsSource
-from controllers.reconcilers.credentialsources.lazy import Lazy
 from controllers.reconcilers.tokens import ServiceAccountTokens
 from controllers.runtime import clock as clocks
 from controllers.runtime import objects
 from controllers.runtime.reconcile import Request
 from rotator import errors, oidc
 from rotator.credentials import Credential
+from rotator.lazy import Lazy
 from rotator.observe import NoObserver
 from rotator.providercalls import Failure
 from rotator.providers import azure

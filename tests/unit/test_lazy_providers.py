@@ -28,9 +28,9 @@ from controllers.reconcilers.credentialsources import CredentialSource, SourceCo
 from controllers.reconcilers.credentialsources.aws import AWSCredentialsSource
 from controllers.reconcilers.credentialsources.azure import AzureCredentialsSource
 from controllers.reconcilers.credentialsources.gcp import GCPCredentialsSource
-from controllers.reconcilers.credentialsources.lazy import Lazy
 from controllers.reconcilers.tokens import ServiceAccountTokens
 from rotator import errors, oidc
+from rotator.lazy import Lazy
 from rotator.providers.gcp.endpoints import Endpoints
 from rotator_devkit.controlplane.cluster import free_port
 from tests.support.polling import wait_for
@@ -424,7 +424,7 @@ at_import = loaded()
 source = oidc.TokenSource()
 tlsserving.SelfSigned()
 at_start = loaded()
-source._http()  # what the first OIDC exchange does
+source._transport.get()  # what the first OIDC exchange does
 after_exchange = loaded()
 print(json.dumps({"at_import": at_import, "at_start": at_start, "after": after_exchange}))
 """

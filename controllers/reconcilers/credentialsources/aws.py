@@ -27,10 +27,10 @@ from controllers.reconcilers.credentialsources import (
     UnsupportedSource,
     oidc_client,
 )
-from controllers.reconcilers.credentialsources.lazy import Lazy
 from controllers.reconcilers.tokens import ServiceAccountTokens
 from rotator import durations, formats, oidc, schedule
 from rotator.credentials import Credential
+from rotator.lazy import Lazy
 from rotator.observe import Observer
 from rotator.providers.aws import file as aws_file
 from rotator.providers.aws import iam, sts

@@ -13,10 +13,10 @@ from controllers.reconcilers.credentialsources import (
     SourceContext,
     oidc_client,
 )
-from controllers.reconcilers.credentialsources.lazy import Lazy
 from controllers.reconcilers.tokens import ServiceAccountTokens
 from rotator import oidc
 from rotator.credentials import Credential
+from rotator.lazy import Lazy
 from rotator.observe import Observer
 from rotator.providers.gcp.endpoints import Endpoints
 

@@ -1,7 +1,8 @@
 """Provider clients built on first use, so that a cloud's SDK is imported when the first policy
 that calls that cloud is reconciled, not at start-up (issue 13: boto3, azure-identity and MSAL
 cost ~10 MiB and ~0.2 s of CPU per start, which a cluster that uses another cloud, or API keys
-only, should not pay).
+only, should not pay). :class:`rotator.oidc.TokenSource` holds its HTTP transport (``requests``,
+~4 MiB) the same way, built before its first exchange.
 
 The chain's assembly (``controllers.reconcilers.setup``) makes one :class:`Lazy` per client —
 each credential source module says how to build its own (``lazy_*`` there) — and hands it to
