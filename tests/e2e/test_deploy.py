@@ -3,18 +3,17 @@ a rule away, and the controller works from the in-cluster environment."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from controllers.runtime import client as clients
-from controllers.runtime import errors, objects
+from controllers.runtime import errors
 from rotator_devkit.controlplane.cluster import LocalControlPlane
 from rotator_devkit.devenv import manifests
 from tests.support.chain import AWSChain
-from tests.support.controller import SERVICE_ACCOUNT, ControllerProcess
+from tests.support.controller import SERVICE_ACCOUNT, ControllerProcess, in_cluster_environment
 from tests.support.existing import ExistingCluster
 from tests.support.polling import wait_for
 from tests.support.proc import Proc
@@ -130,22 +129,7 @@ def test_in_cluster_mode(
     controller: ControllerProcess,
     tmp_path: Path,
 ) -> None:
-    token = api.create(
-        objects.SERVICEACCOUNTS,
-        {
-            "apiVersion": "authentication.k8s.io/v1",
-            "kind": "TokenRequest",
-            "spec": {"expirationSeconds": 3600},
-        },
-        namespace=manifests.NAMESPACE,
-        name=SERVICE_ACCOUNT,
-        subresource="token",
-    )["status"]["token"]
-    folder = tmp_path / "serviceaccount"
-    folder.mkdir()
-    (folder / "token").write_text(token)
-    shutil.copy(control_plane.ca_file, folder / "ca.crt")
-    (folder / "namespace").write_text(manifests.NAMESPACE)
+    pod = in_cluster_environment(control_plane, api, tmp_path / "serviceaccount")
     controller.stop()  # one leader: the in-cluster process takes the Lease
     proc = Proc(
         [
@@ -159,13 +143,7 @@ def test_in_cluster_mode(
             "0",
         ],
         tmp_path / "in-cluster.log",
-        env={
-            "KUBERNETES_SERVICE_HOST": "127.0.0.1",
-            "KUBERNETES_SERVICE_PORT": str(control_plane.apiserver_port),
-            "ROTATOR_IN_CLUSTER_DIR": str(folder),
-            "KUBECONFIG": "",
-            "HOME": str(tmp_path),
-        },
+        env={**pod, "HOME": str(tmp_path)},
     )
     try:
         chain.secret("key", apiKey="sk-in-cluster-test-value-1")
