@@ -531,6 +531,26 @@ def report(results: Sequence[Result], args: argparse.Namespace) -> None:
     goals(results)
 
 
+def held_shares(one: Replica, res: Result) -> None:
+    """Figures beside the RSS goal, whose bound gives each replica a third of the 1 replica's
+    load: shards split namespaces by hash, so a replica holds its shards' share, not a third.
+    Per replica: MiB over its idle per 1,000 chains held (the 1 replica's for comparison), and
+    the ratio to the bound taken at its own share of the chains."""
+    over = (one.rss - one.idle_rss) / MIB
+    row(
+        "    RSS over idle per 1,000 chains: 1 replica",
+        f"{over / max(1, one.chains) * 1000:.2f} MiB ({one.chains} chains)",
+    )
+    for r in res.replicas:
+        fraction = r.chains / max(1, one.chains)
+        at_share = r.idle_rss + (one.rss - one.idle_rss) * fraction * RSS_SLACK
+        row(
+            f"      replica {r.index}",
+            f"{(r.rss - r.idle_rss) / MIB / max(1, r.chains) * 1000:.2f} MiB ({r.chains} chains, "
+            f"{fraction:.0%}); at its own share x 1.1: {r.rss / at_share:.2f}",
+        )
+
+
 def goals(results: Sequence[Result]) -> None:
     """The issue's goals as ratios: measured / bound (≤ 1 meets it)."""
     print("\ngoals (ratio measured / bound; ≤ 1.00 meets the goal)")
@@ -553,6 +573,7 @@ def goals(results: Sequence[Result]) -> None:
                 f"= {mib(bound)} MiB; it holds {worst.chains / max(1, one.chains):.0%} of the "
                 "chains)",
             )
+            held_shares(one, res)
         for res in sharded:
             most = max(list_watch(r.received) for r in res.replicas)
             most_watch = max(r.received.get("watch", 0) for r in res.replicas)
