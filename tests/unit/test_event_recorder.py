@@ -297,9 +297,11 @@ class _Discarding:
 
     def __init__(self) -> None:
         self.created = 0
+        self._lock = threading.Lock()  # four sender threads count here
 
     def create(self, resource: objects.Resource, body: Any, **_: Any) -> dict[str, Any]:
-        self.created += 1
+        with self._lock:
+            self.created += 1
         return {}
 
     def patch(self, resource: objects.Resource, name: str, patch: Any, **_: Any) -> dict[str, Any]:
