@@ -132,10 +132,7 @@ def main() -> None:
             controller, routes, fleet, timeout=args.timeout, clock=time.time, on_spawn=attach
         )
         cold_profile = samplers[0].stop() if samplers else None
-        cp_cpu = {
-            name: seconds - cp_cpu_before.get(name, 0.0)
-            for name, seconds in scale.control_plane_cpu(cp).items()
-        }
+        cp_cpu = scale.control_plane_cpu_since(cp, cp_cpu_before)
         pid = scale.controller_pid(controller)
         cold_rss, cold_peak = scale.rss_bytes(pid), scale.peak_rss_bytes(pid)
         cold_cpu = scale.cpu_seconds(pid)
@@ -185,10 +182,7 @@ def main() -> None:
         floor = mix.run(args.threads)
         # this process runs nothing else now: its CPU is the bare client's
         floor_cpu = time.process_time() - floor_cpu_before
-        floor_cp_cpu = {
-            name: seconds - cp_cpu_before.get(name, 0.0)
-            for name, seconds in scale.control_plane_cpu(cp).items()
-        }
+        floor_cp_cpu = scale.control_plane_cpu_since(cp, cp_cpu_before)
         print(f"cold start floor done in {floor.seconds:.1f} s", flush=True)
 
     cold_writes = writes(cold_requests)

@@ -536,18 +536,21 @@ def held_shares(one: Replica, res: Result) -> None:
     load: shards split namespaces by hash, so a replica holds its shards' share, not a third.
     Per replica: MiB over its idle per 1,000 chains held (the 1 replica's for comparison), and
     the ratio to the bound taken at its own share of the chains."""
-    over = (one.rss - one.idle_rss) / MIB
+
+    def per_thousand(r: Replica) -> float:
+        return (r.rss - r.idle_rss) / MIB / max(1, r.chains) * 1000
+
     row(
         "    RSS over idle per 1,000 chains: 1 replica",
-        f"{over / max(1, one.chains) * 1000:.2f} MiB ({one.chains} chains)",
+        f"{per_thousand(one):.2f} MiB ({one.chains} chains)",
     )
     for r in res.replicas:
         fraction = r.chains / max(1, one.chains)
         at_share = r.idle_rss + (one.rss - one.idle_rss) * fraction * RSS_SLACK
         row(
             f"      replica {r.index}",
-            f"{(r.rss - r.idle_rss) / MIB / max(1, r.chains) * 1000:.2f} MiB ({r.chains} chains, "
-            f"{fraction:.0%}); at its own share x 1.1: {r.rss / at_share:.2f}",
+            f"{per_thousand(r):.2f} MiB ({r.chains} chains, {fraction:.0%}); "
+            f"at its own share x 1.1: {r.rss / at_share:.2f}",
         )
 
 

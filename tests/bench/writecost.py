@@ -138,9 +138,8 @@ def main() -> None:
         for label, case in cases:
             before = scale.control_plane_cpu(cp)
             timing = scale.in_parallel(case, args.count, THREADS)
-            after = scale.control_plane_cpu(cp)
-            server = after.get("kube-apiserver", 0.0) - before.get("kube-apiserver", 0.0)
-            etcd = after.get("etcd", 0.0) - before.get("etcd", 0.0)
+            used = scale.control_plane_cpu_since(cp, before)
+            server, etcd = used.get("kube-apiserver", 0.0), used.get("etcd", 0.0)
             print(
                 f"  {label:<40} {1000 * server / args.count:5.2f} ms "
                 f"(etcd {1000 * etcd / args.count:4.2f} ms), {timing.rate:4.0f}/s"

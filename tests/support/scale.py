@@ -110,6 +110,17 @@ def control_plane_cpu(control_plane: LocalControlPlane) -> dict[str, float]:
     return used
 
 
+def control_plane_cpu_since(
+    control_plane: LocalControlPlane, before: Mapping[str, float]
+) -> dict[str, float]:
+    """CPU seconds each process of ``control_plane`` used since :func:`control_plane_cpu` gave
+    ``before``."""
+    return {
+        name: seconds - before.get(name, 0.0)
+        for name, seconds in control_plane_cpu(control_plane).items()
+    }
+
+
 def control_plane_rss(control_plane: LocalControlPlane) -> int:
     """Resident memory of every process of ``control_plane`` together."""
     total = 0
