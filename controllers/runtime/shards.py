@@ -16,7 +16,8 @@ The Leases, in the leader election's namespace (``<id>`` is ``--leader-election-
 * ``<id>-shard-<i>-of-<N>``: held by the replica that works on shard ``i``; taken, renewed and
   released by :class:`~.leaderelection.LeaderElector`, with its timing contract.
 
-The :class:`Coordinator` lists the namespace's Leases once per retry period (one request),
+The :class:`Coordinator` lists the namespace's Leases once per retry period (one request; one
+per known Lease while the list is forbidden, on the way back to one leader),
 computes :func:`.shareplan.plan`, and acts on it: it campaigns for free or expired shard Leases
 up to its share (a Lease another holds is taken only once it stood unchanged for its
 ``leaseDurationSeconds``, as the elector's own rule), and gives back the excess — that shard's
@@ -475,6 +476,7 @@ class Coordinator:
         self._members: dict[str, tuple[dict[str, object], float]] = {}
         self._others = OtherLeases(options.lease_duration, self._clock)
         self._waiting_logged = False
+        self._unlisted_logged = False
         self._member: leaderelection.LeaderElector | None = None
         self._member_thread: threading.Thread | None = None
         self._stop = threading.Event()
@@ -555,23 +557,27 @@ class Coordinator:
 
     def tick(self) -> None:
         """One round: read the Leases, plan, act."""
-        try:
-            listed = self._api.list(objects.LEASES, namespace=self._o.namespace)
-        except errors.ApiError as exc:
-            self._log.warning("shards.read_failed", error=str(exc))
+        read = self._read_leases()
+        if read is None:
             return
-        leases = {
-            str(objects.meta(lease).get("name")): lease for lease in listed.get("items") or []
-        }
+        leases, listed = read
         now = self._clock.monotonic()
         for i, elector in enumerate(self._electors):
             lease = leases.get(self._o.shard_lease(i))
             if lease is not None:
                 elector.observe(lease)
+        if not listed and not self.held():
+            return  # nothing to keep serving: see _read_leases
         holdings = self._holdings()
         if self._held_back(leases, holdings, now) or not self._marked(leases.get(self._o.id)):
             return
         members = self._live_members(leases, now)
+        if not listed:
+            # no membership Lease was read: the replicas the shards are shared among are the
+            # live holders of these shards (a stopped one's drop out as it releases them)
+            members = sorted(
+                {*members, *(h.holder for h in holdings.values() if h is not None and h.held(now))}
+            )
         plan = shareplan.plan(
             self._o.identity,
             shards=self._o.shards,
@@ -594,6 +600,47 @@ class Coordinator:
             if self._electors[i].try_acquire():
                 self._take(i)
                 wanted -= 1
+
+    def _read_leases(self) -> tuple[dict[str, Body], bool] | None:
+        """The release namespace's Leases by name, and whether they were listed; None when they
+        could not be read (this round is skipped).
+
+        When the list is forbidden, the Leases whose names are known are read one by one (the
+        single leader's and the N shard Leases: ``get``, which the leader election Role allows).
+        That is the way back to one leader: ``helm upgrade`` to ``sharding.shards=1`` deletes
+        the sharding Role at once, while the rolling update stops these replicas one at a time.
+        Skipping the rounds then (as first built) left each stopped replica's shards unheld until
+        the single leader took over, a rolling update later; read by name, the replicas still
+        running take them as they are released, and the single leader waits for the last. Not
+        seen that way: the membership Leases (the live holders stand for the replicas, so a
+        replica holding nothing gets no share) and the shard Leases of another count (a change
+        of N under way). So only a replica already at work goes on this way; one that holds no
+        shard takes none until it may list again (RotatorShardUnheld fires if shards stay
+        unheld), as before, and cannot start beside a change of N it does not see."""
+        try:
+            listed = self._api.list(objects.LEASES, namespace=self._o.namespace)
+        except errors.Forbidden as exc:
+            if not self._unlisted_logged:
+                self._unlisted_logged = True
+                self._log.warning("shards.reading_leases_by_name", error=str(exc))
+            found: dict[str, Body] = {}
+            for name in (self._o.id, *(self._o.shard_lease(i) for i in range(self._o.shards))):
+                try:
+                    found[name] = self._api.get(objects.LEASES, name, namespace=self._o.namespace)
+                except errors.NotFound:
+                    continue
+                except errors.ApiError as exc:
+                    self._log.warning("shards.read_failed", lease=name, error=str(exc))
+                    return None
+            return found, False
+        except errors.ApiError as exc:
+            self._log.warning("shards.read_failed", error=str(exc))
+            return None
+        if self._unlisted_logged:
+            self._unlisted_logged = False
+            self._log.info("shards.listing_leases_again")
+        items = listed.get("items") or []
+        return {str(objects.meta(lease).get("name")): lease for lease in items}, True
 
     def _held_back(
         self, leases: dict[str, Body], holdings: dict[int, shareplan.Holding | None], now: float

@@ -17,6 +17,10 @@ the module's own:
   is released (within a retry period and two coordinator rounds of the release, not at Lease
   expiry: every move goes through an empty holder); two new replicas join and the survivor drains and releases four
   shards, which they take as released: two each.
+* A replica with 4 shards, then a single leader, beside the three: neither takes anything. Then
+  the way back to one leader as the chart makes it (gate on only): the sharding Role and binding
+  deleted, a single leader started, the three stopped one at a time; every shard is held by a
+  sharded replica until the last stops, then the single leader leads.
 * Throughout, the zeros: no two replicas ever reconcile one object at once (the reconcile logs);
   no derived Secret ever holds an expired credential (a watch records every version); nothing is
   minted again — every new STS credential was a renewal that was due (``issued-at`` no earlier
@@ -49,6 +53,7 @@ waits the Lease duration.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import signal
 import time
@@ -428,6 +433,16 @@ def check_credentials(
 # --- the module's world ----------------------------------------------------------------------
 
 
+def sharding_rbac() -> list[dict[str, Any]]:
+    """config/sharding's Role and RoleBinding, as deployed (what ``sharding.shards`` > 1 adds to
+    the chart's RBAC: the list of the release namespace's Leases, among others)."""
+    return manifests.kustomize(
+        manifests.load(manifests.CONFIG / "sharding"),
+        namespace=manifests.NAMESPACE,
+        prefix=manifests.NAME_PREFIX,
+    )
+
+
 def build_namespace(api: clients.Client, ns: str, index: int) -> set[str]:
     """One namespace's chains: API-key chains ``k<index>-<j>`` and STS chains
     ``s<index>-<j>`` (names unique across namespaces: the Secret history is keyed by name).
@@ -488,12 +503,7 @@ def world(
         api = clients.Client(restconfig.load(str(cp.kubeconfig)))
         install_crds(api)
         install_rbac(api)
-        sharding_rbac = manifests.kustomize(
-            manifests.load(manifests.CONFIG / "sharding"),
-            namespace=manifests.NAMESPACE,
-            prefix=manifests.NAME_PREFIX,
-        )
-        manifests.apply(api, sharding_rbac)
+        manifests.apply(api, sharding_rbac())
         jwks = api.request("GET", "/openid/v1/jwks", accept="application/jwk-set+json")
         sts = STSProxy(moto, lifetime=SESSION_SECONDS).start()
         leaks.MINTED.add_source(f"the shards test's STS stand-in ({mode})", sts.issued_values)
@@ -803,3 +813,76 @@ def assert_released_then_taken(moves: list[Change], *, takers: set[str], at_leas
         assert seq[-1].after in takers, f"shard {shard} left unheld: {seq[-1]}"
     assert len(by_shard) >= at_least, moves
     return longest
+
+
+def held_only_by(world: World, identities: set[str]) -> bool:
+    """Every shard held, each by one of ``identities``."""
+    return set(world.holders().values()) <= identities
+
+
+def test_the_way_back_to_one_leader_keeps_every_shard_held_until_the_single_leader_takes_over(
+    world: World,
+) -> None:
+    """The way back as ``helm upgrade --set sharding.shards=1`` makes it: the chart stops
+    rendering config/sharding's Role and RoleBinding, so they are gone at once, while the
+    sharded replicas still run (they may no longer list the Leases); a single leader starts and
+    the rolling update stops the sharded replicas one at a time. Each stopped replica's shards
+    are taken by the replicas still running (they read the shard Leases they know by name), so
+    every shard stays held until the last sharded replica stops; the single leader, held back
+    meanwhile, takes over once that release stood still for the lease duration. Throughout, the
+    zeros: no overlap, nothing expired, nothing minted again.
+
+    Break: a replica that skips its rounds while the list is forbidden (as first built: it
+    logged ``shards.read_failed`` and did nothing) leaves the first stopped replica's shards
+    unheld until the single leader takes over, a rolling update later.
+
+    The last test of the module: it ends with one single leader and no sharded replica. With the
+    gate on only: reading the Leases does not depend on the filtering mode."""
+    if world.mode != "gate-on":
+        pytest.skip("the way back reads Leases only: the gate-on world runs it")
+    live = world.three_settled()
+    began = time.time()
+    for doc in sharding_rbac():
+        world.api.delete(
+            manifests.KINDS[doc["kind"]], objects.name(doc), namespace=manifests.NAMESPACE
+        )
+    single = world.start_replica(shards=1)
+    assert single.process.proc is not None
+    wait_for(
+        lambda: "leader.held_back" in single.process.logs(),
+        timeout=30,
+        what="the single leader held back",
+    )
+    running = list(live)
+    moves: list[float] = []
+    while len(running) > 1:
+        stopping = running.pop(0)
+        assert stopping.process.proc is not None
+        stopping.process.proc.popen.send_signal(signal.SIGTERM)
+        stopped_gracefully(stopping, "drained and released")
+        wait_for(
+            functools.partial(held_only_by, world, {r.identity for r in running}),
+            timeout=3 * TICK + 5,
+            interval=0.2,
+            what="the stopped replica's shards taken by the sharded replicas still running",
+        )
+        moves.append(time.time() - (stopping.ended_at or 0.0))
+    last = running[0]
+    assert last.process.proc is not None
+    assert held(last) == SHARDS
+    last.process.proc.popen.send_signal(signal.SIGTERM)
+    stopped_gracefully(last, "drained and released")
+    wait_for(
+        lambda: single.process.metric("leader_election_master_status", name=world.lease_id) == 1,
+        timeout=LEASE_DURATION + 3 * RETRY_PERIOD * (1 + 1.2) + 10,
+        interval=0.2,
+        what="the single leader leading",
+    )
+    took = time.time() - (last.ended_at or 0.0)
+    print(f"\n{world.mode}: the way back: shards taken {', '.join(f'{m:.1f}' for m in moves)} s "
+          f"after each stop; the single leader led {took:.1f} s after the last")  # fmt: skip
+    assert took >= LEASE_DURATION - RETRY_PERIOD, "held back while a shard's release was recent"
+    wait_for(lambda: all_served(world.api, world.namespaces), timeout=SLOW, interval=1)
+    wait_for(single.process.idle, timeout=60, what="the single leader idle")
+    assert_no_overlap(world)
+    check_credentials(world, since=began, what="the way back")

@@ -90,6 +90,10 @@ class World:
         self.transport = FakeTransport(fault=self._fault)
         self.shards: dict[int, FakeShard] = {}
         self.held = 0
+        self.list_forbidden = False
+        """The sharding Role gone (the way back to one leader): a list of Leases answers 403."""
+        self.unreadable: set[str] = set()
+        """Leases whose ``get`` answers 500."""
         self.building: set[int] = set()
 
         def build(index: int) -> shards.Shard:
@@ -113,6 +117,10 @@ class World:
         self.held = n
 
     def _fault(self, r: Request) -> Reply | None:
+        if r.method == "GET" and r.path == LEASES and self.list_forbidden:
+            return Reply(403, json.dumps({"kind": "Status", "reason": "Forbidden"}).encode())
+        if r.method == "GET" and r.path.rsplit("/", 1)[-1] in self.unreadable:
+            return Reply(500, json.dumps({"kind": "Status", "reason": "InternalError"}).encode())
         if r.method == "GET" and r.path == LEASES:  # the fake serves no lists: this one here
             items = [o for p, o in self.transport.objects.items() if p.startswith(LEASES + "/")]
             return Reply(200, json.dumps({"items": items, "metadata": {}}).encode())
@@ -191,6 +199,69 @@ def test_a_dead_holders_shard_is_taken_only_once_its_lease_stood_still_for_its_d
     world.coordinator.tick()
     assert world.coordinator.held() == [], "not while the Lease may still be live"
     world.clock.advance(2.0)
+    world.coordinator.tick()
+    assert world.coordinator.held() == list(range(N))
+
+
+def test_when_the_list_is_forbidden_it_reads_its_leases_by_name_and_shares_with_their_holders(
+    world: World,
+) -> None:
+    """The way back to one leader (the sharding Role deleted while the replicas run): the
+    shard Leases are read one by one, the live holders stand for the replicas (no membership
+    Lease can be read), and a stopped replica's shards are taken as it releases them — not left
+    unheld until the single leader takes over."""
+    world.lease(f"{OPTIONS.member_prefix}other", "other")
+    for i in (3, 4, 5):
+        world.lease(OPTIONS.shard_lease(i), "other")
+    world.coordinator.tick()
+    assert world.coordinator.held() == [0, 1, 2]
+    world.list_forbidden = True
+    world.lease(f"{OPTIONS.member_prefix}joined", "joined")  # holds nothing: not seen
+    with capture_logs() as logs:
+        world.coordinator.tick()
+        assert world.coordinator.held() == [0, 1, 2], "its share among itself and 'other'"
+        for i in (3, 4, 5):
+            world.lease(OPTIONS.shard_lease(i), "")  # 'other' stopped: released
+        world.coordinator.tick()
+        assert world.coordinator.held() == list(range(N))
+    events = [e["event"] for e in logs]
+    assert events.count("shards.reading_leases_by_name") == 1, "said once, not every round"
+    assert "shards.read_failed" not in events
+    world.list_forbidden = False
+    with capture_logs() as logs:
+        world.coordinator.tick()
+    assert "shards.listing_leases_again" in [e["event"] for e in logs]
+    # listed again: 'joined' is seen and gets its share, two each
+    wait_for(lambda: world.coordinator.held() == [0, 1], what="four shards given back")
+
+
+def test_when_the_list_is_forbidden_a_replica_holding_nothing_takes_nothing(world: World) -> None:
+    """It cannot see a change of N under way (the shard Leases of another count) nor the other
+    replicas: only a replica already at work goes on by name."""
+    world.list_forbidden = True
+    for _ in range(3):
+        world.coordinator.tick()
+    assert world.coordinator.held() == []
+    assert all(world.holder(i) == "" for i in range(N))
+
+
+def test_when_the_list_is_forbidden_a_lease_that_cannot_be_read_skips_the_round(
+    world: World,
+) -> None:
+    world.lease(f"{OPTIONS.member_prefix}other", "other")
+    for i in (3, 4, 5):
+        world.lease(OPTIONS.shard_lease(i), "other")
+    world.coordinator.tick()
+    world.list_forbidden = True
+    for i in (3, 4, 5):
+        world.lease(OPTIONS.shard_lease(i), "")  # 'other' stopped: released
+    world.unreadable.add(OPTIONS.shard_lease(4))
+    with capture_logs() as logs:
+        world.coordinator.tick()
+    assert world.coordinator.held() == [0, 1, 2]
+    failed = [e for e in logs if e["event"] == "shards.read_failed"]
+    assert [e.get("lease") for e in failed] == [OPTIONS.shard_lease(4)]
+    world.unreadable.clear()
     world.coordinator.tick()
     assert world.coordinator.held() == list(range(N))
 
