@@ -566,8 +566,6 @@ class Coordinator:
             lease = leases.get(self._o.shard_lease(i))
             if lease is not None:
                 elector.observe(lease)
-        if not listed and not self.held():
-            return  # nothing to keep serving: see _read_leases
         holdings = self._holdings()
         if self._held_back(leases, holdings, now) or not self._marked(leases.get(self._o.id)):
             return
@@ -614,12 +612,16 @@ class Coordinator:
         running take them as they are released, and the single leader waits for the last. Not
         seen that way: the membership Leases (the live holders stand for the replicas, so a
         replica holding nothing gets no share) and the shard Leases of another count (a change
-        of N under way). So only a replica already at work goes on this way; one that holds no
-        shard takes none until it may list again (RotatorShardUnheld fires if shards stay
-        unheld), as before, and cannot start beside a change of N it does not see."""
+        of N under way). So only a replica at work on a shard it is not giving back goes on this
+        way (one giving everything back may be doing so for a change of N it saw); any other
+        skips the round, reading nothing more, as before: a sharded release without the sharding
+        Role serves nothing, and RotatorShardUnheld fires."""
         try:
             listed = self._api.list(objects.LEASES, namespace=self._o.namespace)
         except errors.Forbidden as exc:
+            if not self._at_work():
+                self._log.warning("shards.read_failed", error=str(exc))
+                return None
             if not self._unlisted_logged:
                 self._unlisted_logged = True
                 self._log.warning("shards.reading_leases_by_name", error=str(exc))
@@ -641,6 +643,12 @@ class Coordinator:
             self._log.info("shards.listing_leases_again")
         items = listed.get("items") or []
         return {str(objects.meta(lease).get("name")): lease for lease in items}, True
+
+    def _at_work(self) -> bool:
+        """Whether this replica holds a shard it is not giving back (nor lost, nor stopping)."""
+        with self._lock:
+            held = list(self._held.values())
+        return any(not h.halted() for h in held)
 
     def _held_back(
         self, leases: dict[str, Body], holdings: dict[int, shareplan.Holding | None], now: float

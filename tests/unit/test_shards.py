@@ -44,10 +44,12 @@ class FakeShard:
         *,
         drains: bool = True,
         filtering: frozenset[str] = frozenset({"client-side"}),
+        drained: threading.Event | None = None,
     ) -> None:
         self.index = index
         self._log = log
         self._drains = drains
+        self._drained = drained
         self._filtering = filtering
         self.cache = self
         self.running = False
@@ -66,6 +68,8 @@ class FakeShard:
         return True
 
     def stop_controllers(self, timeout: float) -> bool:
+        if self._drained is not None:  # in-flight reconciles that end when it is set
+            self._drained.wait(10)
         self.running = False
         self._log.append(f"stop {self.index}")
         return self._drains
@@ -84,6 +88,7 @@ class World:
         drains: bool = True,
         filtering: frozenset[str] = frozenset({"client-side"}),
         built: threading.Event | None = None,
+        drained: threading.Event | None = None,
     ) -> None:
         self.clock = clocks.FakeClock()
         self.log: list[str] = []
@@ -102,7 +107,9 @@ class World:
             if built is not None:
                 self.building.add(index)
                 built.wait(10)
-            self.shards[index] = FakeShard(index, self.log, drains=drains, filtering=filtering)
+            self.shards[index] = FakeShard(
+                index, self.log, drains=drains, filtering=filtering, drained=drained
+            )
             return cast(shards.Shard, self.shards[index])
 
         self.coordinator = shards.Coordinator(
@@ -243,6 +250,31 @@ def test_when_the_list_is_forbidden_a_replica_holding_nothing_takes_nothing(worl
         world.coordinator.tick()
     assert world.coordinator.held() == []
     assert all(world.holder(i) == "" for i in range(N))
+
+
+def test_when_the_list_is_forbidden_a_replica_giving_every_shard_back_takes_none() -> None:
+    """It may be giving them back for a change of N it saw while it could list, whose shard
+    Leases it cannot see by name: it goes on by name only while at work on a shard it keeps."""
+    drained = threading.Event()
+    w = World(drained=drained)
+    try:
+        w.lease(f"{OPTIONS.member_prefix}other", "other")
+        for i in (3, 4, 5):
+            w.lease(OPTIONS.shard_lease(i), "other")
+        w.coordinator.tick()
+        wait_for(lambda: w.running() == {0, 1, 2}, what="its three running")
+        w.lease(shards.shard_lease_name(ID, 0, 4), "newer")  # a replica with 4 shards at work
+        w.coordinator.tick()  # held back: gives its three back, their reconciles still running
+        w.list_forbidden = True
+        for i in (3, 4, 5):
+            w.lease(OPTIONS.shard_lease(i), "")  # 'other' stopped: released
+        with capture_logs() as logs:
+            w.coordinator.tick()
+        assert [e["event"] for e in logs] == ["shards.read_failed"], "the round skipped"
+        assert [w.holder(i) for i in (3, 4, 5)] == ["", "", ""]
+    finally:
+        drained.set()
+        w.coordinator.shutdown()
 
 
 def test_when_the_list_is_forbidden_a_lease_that_cannot_be_read_skips_the_round(
