@@ -572,7 +572,7 @@ class Coordinator:
         members = self._live_members(leases, now)
         if not listed:
             # no membership Lease was read: the replicas the shards are shared among are the
-            # live holders of these shards (a stopped one's drop out as it releases them)
+            # live holders of these shards (a stopping one drops out once it released them all)
             members = sorted(
                 {*members, *(h.holder for h in holdings.values() if h is not None and h.held(now))}
             )
@@ -609,7 +609,8 @@ class Coordinator:
         the sharding Role at once, while the rolling update stops these replicas one at a time.
         Skipping the rounds then (as first built) left each stopped replica's shards unheld until
         the single leader took over, a rolling update later; read by name, the replicas still
-        running take them as they are released, and the single leader waits for the last. Not
+        running take them once the stopping one released them all (until then it is a live
+        holder, so among those they are shared with), and the single leader waits for the last. Not
         seen that way: the membership Leases (the live holders stand for the replicas, so a
         replica holding nothing gets no share) and the shard Leases of another count (a change
         of N under way). So only a replica at work on a shard it is not giving back goes on this
