@@ -16,8 +16,9 @@ The Leases, in the leader election's namespace (``<id>`` is ``--leader-election-
 * ``<id>-shard-<i>-of-<N>``: held by the replica that works on shard ``i``; taken, renewed and
   released by :class:`~.leaderelection.LeaderElector`, with its timing contract.
 
-The :class:`Coordinator` lists the namespace's Leases once per retry period (one request; one
-per known Lease while the list is forbidden, on the way back to one leader),
+The :class:`Coordinator` lists the namespace's Leases once per retry period (one request; while
+the list is forbidden, on the way back to one leader, that request and one ``get`` per known
+Lease it does not hold),
 computes :func:`.shareplan.plan`, and acts on it: it campaigns for free or expired shard Leases
 up to its share (a Lease another holds is taken only once it stood unchanged for its
 ``leaseDurationSeconds``, as the elector's own rule), and gives back the excess — that shard's
@@ -460,13 +461,17 @@ class Coordinator:
         *,
         build: Build,
         held_gauge: Callable[[int], None] = lambda n: None,
+        forbidden_gauge: Callable[[int], None] = lambda n: None,
         report: Callable[[str, bool], None] = lambda lease, holding: None,
         clock: clocks.Clock | None = None,
     ) -> None:
+        """``forbidden_gauge`` is set to 1 while the list of Leases is refused (Forbidden), to
+        0 once it is answered."""
         self._api = api
         self._o = options
         self._build = build
         self._held_gauge = held_gauge
+        self._forbidden_gauge = forbidden_gauge
         self._report = report
         self._clock = clock or clocks.RealClock()
         self._rng = random.Random()  # noqa: S311 - jitter, not cryptography
@@ -567,14 +572,21 @@ class Coordinator:
             if lease is not None:
                 elector.observe(lease)
         holdings = self._holdings()
-        if self._held_back(leases, holdings, now) or not self._marked(leases.get(self._o.id)):
+        if self._held_back(leases, holdings, now, listed=listed) or not self._marked(
+            leases.get(self._o.id)
+        ):
             return
-        members = self._live_members(leases, now)
-        if not listed:
-            # no membership Lease was read: the replicas the shards are shared among are the
-            # live holders of these shards (a stopping one drops out once it released them all)
+        if listed:
+            members = self._live_members(leases, now)
+        else:
+            # no membership Lease was read (what was remembered of them is kept for when the
+            # list is answered again): the replicas the shards are shared among are the live
+            # holders of these shards (a stopping one drops out once it released them all)
             members = sorted(
-                {*members, *(h.holder for h in holdings.values() if h is not None and h.held(now))}
+                {
+                    self._o.identity,
+                    *(h.holder for h in holdings.values() if h is not None and h.held(now)),
+                }
             )
         plan = shareplan.plan(
             self._o.identity,
@@ -604,7 +616,8 @@ class Coordinator:
         could not be read (this round is skipped).
 
         When the list is forbidden, the Leases whose names are known are read one by one (the
-        single leader's and the N shard Leases: ``get``, which the leader election Role allows).
+        single leader's and the shard Leases it does not hold: ``get``, which the leader
+        election Role allows; :meth:`_read_by_name`).
         That is the way back to one leader: ``helm upgrade`` to ``sharding.shards=1`` deletes
         the sharding Role at once, while the rolling update stops these replicas one at a time.
         Skipping the rounds then (as first built) left each stopped replica's shards unheld until
@@ -620,14 +633,41 @@ class Coordinator:
         try:
             listed = self._api.list(objects.LEASES, namespace=self._o.namespace)
         except errors.Forbidden as exc:
+            self._forbidden_gauge(1)
             if not self._at_work():
                 self._log.warning("shards.read_failed", error=str(exc))
                 return None
             if not self._unlisted_logged:
                 self._unlisted_logged = True
                 self._log.warning("shards.reading_leases_by_name", error=str(exc))
-            found: dict[str, Body] = {}
-            for name in (self._o.id, *(self._o.shard_lease(i) for i in range(self._o.shards))):
+            return self._read_by_name()
+        except errors.ApiError as exc:
+            self._log.warning("shards.read_failed", error=str(exc))
+            return None
+        self._forbidden_gauge(0)
+        if self._unlisted_logged:
+            self._unlisted_logged = False
+            self._log.info("shards.listing_leases_again")
+        items = listed.get("items") or []
+        return {str(objects.meta(lease).get("name")): lease for lease in items}, True
+
+    def _read_by_name(self) -> tuple[dict[str, Body], bool] | None:
+        """The single leader's Lease and the shard Leases this replica does not hold, one
+        ``get`` each (its own are its electors' to read: :meth:`LeaderElector.observe` ignores
+        them while held), all within the renew deadline, so that a slow API server delays a
+        round, and the takes and the stop that wait for it, by that much at most, not by one
+        request timeout per Lease; None when one could not be read (the round is skipped)."""
+        with self._lock:
+            mine = set(self._held)
+        names = [
+            self._o.id,
+            *(self._o.shard_lease(i) for i in range(self._o.shards) if i not in mine),
+        ]
+        found: dict[str, Body] = {}
+        # the client's deadline is on its own monotonic clock (time.monotonic), as the
+        # elector's requests are bounded
+        with clients.deadline(time.monotonic() + self._o.renew_deadline):
+            for name in names:
                 try:
                     found[name] = self._api.get(objects.LEASES, name, namespace=self._o.namespace)
                 except errors.NotFound:
@@ -635,15 +675,7 @@ class Coordinator:
                 except errors.ApiError as exc:
                     self._log.warning("shards.read_failed", lease=name, error=str(exc))
                     return None
-            return found, False
-        except errors.ApiError as exc:
-            self._log.warning("shards.read_failed", error=str(exc))
-            return None
-        if self._unlisted_logged:
-            self._unlisted_logged = False
-            self._log.info("shards.listing_leases_again")
-        items = listed.get("items") or []
-        return {str(objects.meta(lease).get("name")): lease for lease in items}, True
+        return found, False
 
     def _at_work(self) -> bool:
         """Whether this replica holds a shard it is not giving back (nor lost, nor stopping)."""
@@ -652,14 +684,20 @@ class Coordinator:
         return any(not h.halted() for h in held)
 
     def _held_back(
-        self, leases: dict[str, Body], holdings: dict[int, shareplan.Holding | None], now: float
+        self,
+        leases: dict[str, Body],
+        holdings: dict[int, shareplan.Holding | None],
+        now: float,
+        *,
+        listed: bool = True,
     ) -> bool:
         """Whether a replica of another scheme may still work (an upgrade from one leader, the
         Lease named --leader-election-id, or a change of the shard count): then nothing is
-        taken, and whatever is held is given back (drained, then released)."""
+        taken, and whatever is held is given back (drained, then released). ``listed``: whether
+        ``leases`` is every Lease (else those read by name)."""
         working = sorted(
             name
-            for name, lease in self._other_schemes(leases).items()
+            for name, lease in self._other_schemes(leases, listed=listed).items()
             if self._others.may_work(name, lease, now)
             and not self._waited_out(lease, leases, holdings, now)
         )
@@ -715,17 +753,21 @@ class Coordinator:
         self._log.info("shards.marked", lease=self._o.id)
         return True
 
-    def _other_schemes(self, leases: dict[str, Body]) -> dict[str, Body]:
+    def _other_schemes(self, leases: dict[str, Body], *, listed: bool = True) -> dict[str, Body]:
         """The Leases of another scheme over the same objects, by name: the single leader's
         (``--shards 1``: the Lease named ``--leader-election-id``) and the shard Leases of
         another shard count (``<id>-shard-<i>-of-<M>``, M not N: a change of N under way,
-        whose shards overlap these). Forgets what it remembered of a Lease now gone."""
+        whose shards overlap these). Forgets what it remembered of a Lease now gone — known
+        only from a list (``listed``): read by name, the other count's Leases are not read,
+        and forgetting them would make a dead one look new (held back for twice its duration)
+        once the list is answered again."""
         found = {}
         for name, lease in leases.items():
             parsed = parse_shard_lease(self._o.id, name)
             if name == self._o.id or (parsed is not None and parsed[1] != self._o.shards):
                 found[name] = lease
-        self._others.keep_only(found)
+        if listed:
+            self._others.keep_only(found)
         return found
 
     def _waited_out(
@@ -1077,6 +1119,13 @@ class ShardedManager:
             registry=mgr.metrics.registry,
         )
         held.set(0)
+        forbidden = Gauge(
+            f"{prefix}_shards_lease_list_forbidden",
+            "1 while this replica may not list the Leases of its namespace (the sharding Role "
+            "is missing: expected only on the way back to one leader), else 0",
+            registry=mgr.metrics.registry,
+        )
+        forbidden.set(0)
         configured = Gauge(
             f"{prefix}_shards",
             "Shards the replicas share (--shards): the sum of rotator_shards_held once settled",
@@ -1107,6 +1156,7 @@ class ShardedManager:
             options,
             build=build,
             held_gauge=held.set,
+            forbidden_gauge=forbidden.set,
             report=lambda lease, holding: mgr.metrics.leader.labels(lease).set(int(holding)),
             clock=mgr.clock,
         )

@@ -575,7 +575,13 @@ def test_each_replica_holds_two_shards_and_each_object_is_reconciled_by_its_hold
     # what RotatorShardUnheld compares, in a real sharded scrape (test_dashboard_metrics'
     # single leader exports neither)
     assert all(r.process.metric("rotator_shards") == SHARDS for r in live)
-    assert {"rotator_shards", "rotator_shards_held"} >= monitoring.SHARDED_ONLY
+    # and what RotatorShardLeasesForbidden reads: every replica may list the Leases
+    assert all(r.process.metric("rotator_shards_lease_list_forbidden") == 0 for r in live)
+    assert {
+        "rotator_shards",
+        "rotator_shards_held",
+        "rotator_shards_lease_list_forbidden",
+    } >= monitoring.SHARDED_ONLY
     expected = "server-side" if world.mode == "gate-on" else "client-side"
     modes = {
         e.get("mode")
@@ -852,6 +858,17 @@ def test_the_way_back_to_one_leader_keeps_every_shard_held_until_the_single_lead
         lambda: "leader.held_back" in single.process.logs(),
         timeout=30,
         what="the single leader held back",
+    )
+    # each replica is refused the list now, and goes on by name: said once, and in the series
+    # RotatorShardLeasesForbidden reads (not a list still allowed by a Role not yet gone)
+    wait_for(
+        lambda: all(
+            "shards.reading_leases_by_name" in r.process.logs()
+            and r.process.metric("rotator_shards_lease_list_forbidden") == 1
+            for r in live
+        ),
+        timeout=30,
+        what="every sharded replica reading its Leases by name",
     )
     running = list(live)
     moves: list[float] = []

@@ -1013,6 +1013,9 @@ class Releases:
     """Shard → its last release since the upgrade began: when, and who held it before."""
     holders: dict[int, str]
     """Shard → its holder at the end ('' when released)."""
+    unheld: dict[int, float]
+    """Shard → the longest it stood released before it was taken again (the last release,
+    the hand-over to the new scheme, not counted); 0.0 when it never was."""
 
     @property
     def by(self) -> set[str]:
@@ -1027,6 +1030,7 @@ class Releases:
 def releases(seen: list[Seen], shards: int, *, since: float) -> Releases:
     last: dict[int, tuple[float, str]] = {}
     holder: dict[int, str] = {}
+    unheld = dict.fromkeys(range(shards), 0.0)
     names = {shard_lease(i, shards): i for i in range(shards)}
     for e in seen:
         index = names.get(e.name)
@@ -1035,8 +1039,10 @@ def releases(seen: list[Seen], shards: int, *, since: float) -> Releases:
         now_held = holder_of(e.obj)
         if not now_held and holder.get(index) and e.at >= since:
             last[index] = (e.at, holder[index])
+        elif now_held and not holder.get(index) and index in last:  # taken again
+            unheld[index] = max(unheld[index], e.at - last[index][0])
         holder[index] = now_held
-    return Releases(last, holder)
+    return Releases(last, holder, unheld)
 
 
 def first_taken(seen: list[Seen], names: set[str], *, since: float) -> float | None:
@@ -1048,14 +1054,20 @@ def first_taken(seen: list[Seen], names: set[str], *, since: float) -> float | N
 
 def check_handed_over(old: Releases, shards: int, taken: float | None, what: str) -> None:
     """The old scheme's shards (``shards`` of them) were all released by the end, each last by
-    the same replica — the last one running, so none was left unheld while replicas of that
-    scheme ran — and the new scheme's first Lease (taken at ``taken``) only once those releases
-    stood still for the lease duration."""
+    the same replica — the last one running — and none stood released longer than the lease
+    duration before a replica of that scheme took it again (a stopping replica drains its
+    shards and releases each as it is drained; the others take them at their next round once it
+    released them all: an expiry would take longer), and the new scheme's first Lease (taken at
+    ``taken``) only once those releases stood still for the lease duration."""
     assert sorted(old.last) == list(range(shards)), f"every shard released: {old.last}"
     assert not any(old.holders.values()), f"no shard of {shards} held at the end: {old.holders}"
     assert len(old.by) == 1, (
-        f"every shard's last release by the last replica with {shards} shards (none left "
-        f"unheld before): { {i: (round(at, 1), pod_of(h)) for i, (at, h) in old.last.items()} }"
+        f"every shard's last release by the last replica with {shards} shards: "
+        f"{ {i: (round(at, 1), pod_of(h)) for i, (at, h) in old.last.items()} }"
+    )
+    assert max(old.unheld.values()) <= LEASE_DURATION, (
+        f"a shard of {shards} stood released before it was taken again (seconds, by shard): "
+        f"{ {i: round(t, 1) for i, t in old.unheld.items()} }"
     )
     assert taken is not None, f"{what} took a Lease"
     assert taken >= old.latest + LEASE_DURATION - RETRY_PERIOD, (
@@ -1168,9 +1180,16 @@ def test_helm_upgrade_from_six_shards_to_four_waits_for_the_last_of_six_and_mint
         seconds_last_release_to_first_of_four=(taken - old.latest) if taken and old.last else -1.0,
         shares=",".join(str(n) for n in sorted(Counter(holders.values()).values())),
         new_pods_that_waited=len(waited),
+        max_seconds_a_shard_of_six_stood_released=max(old.unheld.values()),
     )
     assert sorted(Counter(holders.values()).values()) == [1, 1, 2]
-    assert waited, "the replicas with 4 shards waited for those with 6"
+    # each started while a replica with 6 still ran (the rolling update stops the last old one
+    # once the last new one is ready)
+    assert new_pods, "rolled out"
+    assert sorted(waited) == sorted(new_pods), (
+        f"every replica with 4 shards waited for those with 6: {sorted(waited)} of "
+        f"{sorted(new_pods)}"
+    )
     check_scheme_change(
         change,
         old,
@@ -1222,6 +1241,7 @@ def test_helm_upgrade_from_four_shards_back_to_one_leader_leaves_no_shard_unheld
         replicas=SHARDED_REPLICAS,
         last_releases_by=",".join(sorted(old.by)),
         seconds_last_release_to_single_leader=(taken - old.latest) if taken and old.last else -1.0,
+        max_seconds_a_shard_of_four_stood_released=max(old.unheld.values()),
     )
     containers = [c for p in install.rolled_out(cluster) or [] for c in p["spec"]["containers"]]
     assert containers, "rolled out"

@@ -129,7 +129,9 @@ def metric_names(expr: str) -> set[str]:
     }
 
 
-SHARDED_ONLY = frozenset({"rotator_shards", "rotator_shards_held"})
+SHARDED_ONLY = frozenset(
+    {"rotator_shards", "rotator_shards_held", "rotator_shards_lease_list_forbidden"}
+)
 """Metrics the rules name that only a sharded replica (``--shards`` > 1) exports."""
 
 

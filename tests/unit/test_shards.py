@@ -32,6 +32,7 @@ OPTIONS = shards.ShardOptions(
     graceful_shutdown_timeout=1.0,
 )
 LEASES = objects.LEASES.path(namespace=NS)
+MAIN = threading.main_thread()
 
 
 class FakeShard:
@@ -100,6 +101,13 @@ class World:
         self.unreadable: set[str] = set()
         """Leases whose ``get`` answers 500."""
         self.building: set[int] = set()
+        self.forbidden = 0
+        """``rotator_shards_lease_list_forbidden``, as the coordinator set it."""
+        self.ticks_gets: list[str] = []
+        """The names of the Leases got (``get``) by :meth:`Coordinator.tick` (the test's thread;
+        the electors renew on their own)."""
+        self.ticks_timeouts: list[Any] = []
+        """The timeouts those requests were sent with."""
 
         def build(index: int) -> shards.Shard:
             """``built``: each build waits for it (a slow setup), so a shard can be given back
@@ -117,13 +125,20 @@ class World:
             OPTIONS,
             build=build,
             held_gauge=self._gauge,
+            forbidden_gauge=self._forbidden,
             clock=self.clock,
         )
 
     def _gauge(self, n: int) -> None:
         self.held = n
 
+    def _forbidden(self, n: int) -> None:
+        self.forbidden = n
+
     def _fault(self, r: Request) -> Reply | None:
+        if r.method == "GET" and r.path != LEASES and threading.current_thread() is MAIN:
+            self.ticks_gets.append(r.path.rsplit("/", 1)[-1])
+            self.ticks_timeouts.append(r.timeout)
         if r.method == "GET" and r.path == LEASES and self.list_forbidden:
             return Reply(403, json.dumps({"kind": "Status", "reason": "Forbidden"}).encode())
         if r.method == "GET" and r.path.rsplit("/", 1)[-1] in self.unreadable:
@@ -224,9 +239,22 @@ def test_when_the_list_is_forbidden_it_reads_its_leases_by_name_and_shares_with_
     assert world.coordinator.held() == [0, 1, 2]
     world.list_forbidden = True
     world.lease(f"{OPTIONS.member_prefix}joined", "joined")  # holds nothing: not seen
+    assert world.forbidden == 0
+    world.ticks_gets.clear()  # its takes' reads
+    world.ticks_timeouts.clear()
     with capture_logs() as logs:
         world.coordinator.tick()
         assert world.coordinator.held() == [0, 1, 2], "its share among itself and 'other'"
+        assert world.forbidden == 1
+        # the single leader's Lease and the shard Leases it does not hold: its own are its
+        # electors' to read
+        assert world.ticks_gets == [ID, *(OPTIONS.shard_lease(i) for i in (3, 4, 5))]
+        # all of them within the renew deadline (the client's own timeout is 30 s per request)
+        assert all(
+            0 < t <= OPTIONS.renew_deadline
+            for timeout in world.ticks_timeouts
+            for t in (timeout if isinstance(timeout, tuple) else (timeout,))
+        ), world.ticks_timeouts
         for i in (3, 4, 5):
             world.lease(OPTIONS.shard_lease(i), "")  # 'other' stopped: released
         world.coordinator.tick()
@@ -238,8 +266,70 @@ def test_when_the_list_is_forbidden_it_reads_its_leases_by_name_and_shares_with_
     with capture_logs() as logs:
         world.coordinator.tick()
     assert "shards.listing_leases_again" in [e["event"] for e in logs]
+    assert world.forbidden == 0
     # listed again: 'joined' is seen and gets its share, two each
     wait_for(lambda: world.coordinator.held() == [0, 1], what="four shards given back")
+
+
+def test_when_the_list_is_forbidden_a_stopping_replica_counts_until_it_released_them_all(
+    world: World,
+) -> None:
+    """Read by name, the replicas the shards are shared among are their live holders: one that
+    released some of its shards but still holds others is among them (its share is not taken
+    from it while it drains), and it drops out once it released the last."""
+    world.lease(f"{OPTIONS.member_prefix}other", "other")
+    for i in (3, 4, 5):
+        world.lease(OPTIONS.shard_lease(i), "other")
+    world.coordinator.tick()
+    world.list_forbidden = True
+    world.lease(OPTIONS.shard_lease(3), "")  # 'other' stopping: 3 released, 4 and 5 draining
+    world.coordinator.tick()
+    assert world.coordinator.held() == [0, 1, 2], "its share is 3 of 6 while 'other' holds any"
+    for i in (4, 5):
+        world.lease(OPTIONS.shard_lease(i), "")
+    world.coordinator.tick()
+    assert world.coordinator.held() == list(range(N))
+
+
+def test_when_the_list_is_forbidden_freed_shards_are_shared_among_the_holders_still_at_work(
+    world: World,
+) -> None:
+    """Three replicas, two shards each; one stops: each of the two left takes one of its two."""
+    for name in ("a", "b"):
+        world.lease(f"{OPTIONS.member_prefix}{name}", name)
+    world.lease(OPTIONS.shard_lease(2), "a")
+    world.lease(OPTIONS.shard_lease(3), "a")
+    world.lease(OPTIONS.shard_lease(4), "b")
+    world.lease(OPTIONS.shard_lease(5), "b")
+    world.coordinator.tick()
+    assert world.coordinator.held() == [0, 1]
+    world.list_forbidden = True
+    world.lease(OPTIONS.shard_lease(4), "")  # 'b' stopped: released both
+    world.lease(OPTIONS.shard_lease(5), "")
+    world.coordinator.tick()
+    assert world.coordinator.held() == [0, 1, 4], "3 of 6 among itself and 'a', not all freed"
+    assert world.holder(5) == ""
+
+
+def test_what_it_remembers_of_another_counts_leases_outlives_a_stretch_read_by_name(
+    world: World,
+) -> None:
+    """Read by name, the other count's Leases are not read; forgotten then, a dead one would
+    look new once the list is answered again, and hold every shard back for twice its duration
+    (a lone replica has no other replica's shard to show it was waited out)."""
+    world.lease(shards.shard_lease_name(ID, 0, 4), "dead")  # a replica with 4 shards, killed
+    world.coordinator.tick()
+    assert world.coordinator.held() == [], "held back: the Lease may still be at work"
+    world.clock.advance(31.0)  # it stood still for twice its duration: gone
+    world.coordinator.tick()
+    assert world.coordinator.held() == list(range(N))
+    world.list_forbidden = True
+    world.coordinator.tick()
+    world.list_forbidden = False
+    with capture_logs() as logs:
+        world.coordinator.tick()
+    assert world.coordinator.held() == list(range(N))
+    assert "shards.waiting_for_other_shard_count" not in [e["event"] for e in logs]
 
 
 def test_when_the_list_is_forbidden_a_replica_holding_nothing_takes_nothing(world: World) -> None:
@@ -250,6 +340,8 @@ def test_when_the_list_is_forbidden_a_replica_holding_nothing_takes_nothing(worl
         world.coordinator.tick()
     assert world.coordinator.held() == []
     assert all(world.holder(i) == "" for i in range(N))
+    assert world.forbidden == 1, "refused the list, whether it reads by name or not"
+    assert world.ticks_gets == [], "nothing read by name"
 
 
 def test_when_the_list_is_forbidden_a_replica_giving_every_shard_back_takes_none() -> None:
