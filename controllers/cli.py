@@ -500,7 +500,8 @@ def _run_sharded(
     clock = clocks.RealClock()
     mgr = manager.Manager(client, options, metrics=metrics, clock=clock)
     build = setup.per_shard(mgr, options=_chain_options(args), clock=clock)
-    sharded = shards.ShardedManager(mgr, shard_options, register=build)
+    # a shard's size is its chains: what a replica's memory follows (docs/design.md, "Shards")
+    sharded = shards.ShardedManager(mgr, shard_options, register=build, sized_by=api.POLICIES)
     stop = stop or _stop_on_signals()
     log.info(
         "rotator.starting",

@@ -21,7 +21,9 @@ the list is forbidden, on the way back to one leader, that request and one ``get
 Lease it does not hold),
 computes :func:`.shareplan.plan`, and acts on it: it campaigns for free or expired shard Leases
 up to its share (a Lease another holds is taken only once it stood unchanged for its
-``leaseDurationSeconds``, as the elector's own rule), and gives back the excess — that shard's
+``leaseDurationSeconds``, as the elector's own rule; with more free shards than it may take,
+first those the placement by size gives it: :mod:`.shardsizes` counts each shard's chains, and
+the Leases are read again after the count), and gives back the excess — that shard's
 controllers stop taking work and finish their in-flight reconciles while its Lease is still
 renewed, and only then is the Lease released, its informers stopped. A shard whose Lease could
 not be renewed within the renew deadline stops its controllers at once; if a reconcile is still
@@ -41,7 +43,7 @@ import random
 import re
 import threading
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC
 
@@ -61,6 +63,7 @@ from controllers.runtime import (
     objects,
     reconcile,
     sharding,
+    shardsizes,
     shareplan,
     timers,
 )
@@ -463,16 +466,20 @@ class Coordinator:
         held_gauge: Callable[[int], None] = lambda n: None,
         forbidden_gauge: Callable[[int], None] = lambda n: None,
         report: Callable[[str, bool], None] = lambda lease, holding: None,
+        sizes: Callable[[], Mapping[int, int] | None] = lambda: None,
         clock: clocks.Clock | None = None,
     ) -> None:
         """``forbidden_gauge`` is set to 1 while the list of Leases is refused (Forbidden), to
-        0 once it is answered."""
+        0 once it is answered. ``sizes``: each shard's size, or None when unknown
+        (:class:`.shardsizes.ShardSizes`); asked only when this replica has free shards to
+        choose from, to place them by size (:func:`.shareplan.assign_free`)."""
         self._api = api
         self._o = options
         self._build = build
         self._held_gauge = held_gauge
         self._forbidden_gauge = forbidden_gauge
         self._report = report
+        self._sizes = sizes
         self._clock = clock or clocks.RealClock()
         self._rng = random.Random()  # noqa: S311 - jitter, not cryptography
         self._electors = [self._elector(i) for i in range(options.shards)]
@@ -561,10 +568,19 @@ class Coordinator:
                 self._stop.wait(self._o.retry_period)
 
     def tick(self) -> None:
-        """One round: read the Leases, plan, act."""
+        """One round: read the Leases, plan, act. With free shards to choose from (more than
+        its share lets it take), the shards' sizes are asked for first (a count may take up to
+        the renew deadline) and the Leases read again, so that what it acts on was read after
+        the count, as in any round: the single leader's Lease above all (:meth:`_held_back`)."""
+        if self._round(None, ask=True):
+            self._round(self._sizes(), ask=False)
+
+    def _round(self, sizes: Mapping[int, int] | None, *, ask: bool) -> bool:
+        """Reads, plans and acts, placing free shards by ``sizes`` (None: by index); True,
+        having done nothing, when ``ask`` and there are free shards to choose from."""
         read = self._read_leases()
         if read is None:
-            return
+            return False
         leases, listed = read
         now = self._clock.monotonic()
         for i, elector in enumerate(self._electors):
@@ -575,7 +591,7 @@ class Coordinator:
         if self._held_back(leases, holdings, now, listed=listed) or not self._marked(
             leases.get(self._o.id)
         ):
-            return
+            return False
         if listed:
             members = self._live_members(leases, now)
         else:
@@ -594,13 +610,16 @@ class Coordinator:
             leases=holdings,
             replicas=members,
             now=now,
+            sizes=sizes,
         )
+        free = [i for i in range(self._o.shards) if not _held_at(holdings.get(i), now)]
+        if ask and 0 < len(plan.acquire) < len(free):
+            return True
         for i in plan.release:
             self._give_back(i)
         wanted = len(plan.acquire)
         # the plan's free shards first, then the other free ones: when two replicas campaign
         # for the same shard, the one that lost it tries the next in the same round
-        free = [i for i in range(self._o.shards) if not _held_at(holdings.get(i), now)]
         for i in sorted(free, key=lambda i: (i not in plan.acquire, i)):
             if wanted <= 0 or self._stop.is_set():
                 break
@@ -608,8 +627,9 @@ class Coordinator:
                 if i in self._held:
                     continue
             if self._electors[i].try_acquire():
-                self._take(i)
+                self._take(i, by_size=i in plan.placed)
                 wanted -= 1
+        return False
 
     def _read_leases(self) -> tuple[dict[str, Body], bool] | None:
         """The release namespace's Leases by name, and whether they were listed; None when they
@@ -883,7 +903,7 @@ class Coordinator:
 
     # --- taking, giving back, losing ---------------------------------------------------------
 
-    def _take(self, index: int) -> None:
+    def _take(self, index: int, *, by_size: bool = False) -> None:
         elector = self._electors[index]
         held = _Held(index, elector, threading.Thread())
         held.renewing = threading.Thread(
@@ -896,7 +916,9 @@ class Coordinator:
             self._held[index] = held
             count = len(self._held)
         self._held_gauge(count)
-        self._log.info("shards.taken", shard=index, lease=self._o.shard_lease(index))
+        self._log.info(
+            "shards.taken", shard=index, lease=self._o.shard_lease(index), by_size=by_size
+        )
         held.renewing.start()
         held.starter = threading.Thread(
             target=self._start_shard, args=(held,), name=f"shard-{index}-start", daemon=True
@@ -1105,7 +1127,10 @@ class ShardedManager:
         *,
         register: Callable[[Shard], object],
         prefix: str = "rotator",
+        sized_by: objects.Resource | None = None,
     ) -> None:
+        """``sized_by``: the kind whose count per shard is its size, for placing free shards by
+        size (:mod:`.shardsizes`); None places them by count alone."""
         if not mgr.metrics.sharded:
             raise ValueError(
                 "a sharded replica's metrics need Metrics(sharded=True): its controllers' series "
@@ -1158,6 +1183,20 @@ class ShardedManager:
             held_gauge=held.set,
             forbidden_gauge=forbidden.set,
             report=lambda lease, holding: mgr.metrics.leader.labels(lease).set(int(holding)),
+            sizes=(
+                shardsizes.ShardSizes(
+                    mgr.api,
+                    sized_by,
+                    options.shards,
+                    lease_namespace=options.namespace,
+                    timeout=options.renew_deadline,
+                    max_age=options.lease_duration,
+                    retry_after=options.lease_duration,
+                    clock=mgr.clock,
+                )
+                if sized_by is not None
+                else lambda: None
+            ),
             clock=mgr.clock,
         )
         mgr.probes.add_readyz("shards", self._ready)

@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 import signal
 import time
 import uuid
@@ -70,7 +71,7 @@ import pytest
 from controllers.reconcilers import api as rapi
 from controllers.runtime import client as clients
 from controllers.runtime import clock as clocks
-from controllers.runtime import objects, restconfig, sharding, shards
+from controllers.runtime import objects, restconfig, sharding, shards, shareplan
 from rotator_devkit.controlplane import assets
 from rotator_devkit.controlplane.cluster import (
     SERVICE_ACCOUNT_ISSUER,
@@ -609,8 +610,22 @@ def test_a_killed_replicas_shards_are_taken_once_their_leases_expired(world: Wor
     live = world.three_settled()
     victim = live[0]
     survivors = live[1:]
-    lost = sorted(i for i, h in world.holders().items() if h == victim.identity)
+    before = world.holders()
+    lost = sorted(i for i, h in before.items() if h == victim.identity)
     assert len(lost) == 2
+    # with the gate on the survivors count each shard's policies (a Table per shard) and
+    # place the two freed shards by size: the heavier to the survivor holding fewer chains
+    sizes = {
+        i: chains_in([ns for ns in world.namespaces if sharding.shard_of(ns, SHARDS) == i])
+        for i in range(SHARDS)
+    }
+    placed = shareplan.assign_free(
+        shards=SHARDS,
+        leases={i: shareplan.Holding(h, math.inf) for i, h in before.items() if i not in lost},
+        replicas=[r.identity for r in survivors],
+        sizes=sizes,
+        now=0.0,
+    )
     assert victim.process.proc is not None
     victim.process.proc.kill()
     killed = victim.ended_at = time.time()
@@ -635,6 +650,10 @@ def test_a_killed_replicas_shards_are_taken_once_their_leases_expired(world: Wor
         renewed = clocks.parse_rfc3339(move.previous_spec["renewTime"])
         acquired = clocks.parse_rfc3339(move.spec["acquireTime"])
         assert acquired >= renewed + LEASE_DURATION - 0.5, (move.shard, acquired - renewed)
+    if world.mode == "gate-on" and len(set(sizes.values())) > 1:
+        taken = {c.shard: c.after for c in first.values()}
+        assert taken == placed, f"sizes {sizes}, held before {before}: taken {taken}"
+        print(f"{world.mode}: the freed shards went by size: {taken} (sizes {sizes})")
     wait_for(
         lambda: all(held(r) == SHARDS // len(survivors) for r in survivors),
         timeout=SETTLE,

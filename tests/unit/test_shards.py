@@ -90,8 +90,10 @@ class World:
         filtering: frozenset[str] = frozenset({"client-side"}),
         built: threading.Event | None = None,
         drained: threading.Event | None = None,
+        sizes: dict[int, int] | None = None,
     ) -> None:
         self.clock = clocks.FakeClock()
+        self.sizes_asked = 0
         self.log: list[str] = []
         self.transport = FakeTransport(fault=self._fault)
         self.shards: dict[int, FakeShard] = {}
@@ -126,8 +128,17 @@ class World:
             build=build,
             held_gauge=self._gauge,
             forbidden_gauge=self._forbidden,
+            sizes=lambda: self._sizes(sizes),
             clock=self.clock,
         )
+
+    def _sizes(self, sizes: dict[int, int] | None) -> dict[int, int] | None:
+        self.sizes_asked += 1
+        self.while_counting()
+        return sizes
+
+    def while_counting(self) -> None:
+        """What happens elsewhere while the sizes are counted (a test sets it)."""
 
     def _gauge(self, n: int) -> None:
         self.held = n
@@ -388,6 +399,46 @@ def test_when_the_list_is_forbidden_a_lease_that_cannot_be_read_skips_the_round(
     world.unreadable.clear()
     world.coordinator.tick()
     assert world.coordinator.held() == list(range(N))
+
+
+def test_beside_a_live_replica_with_sizes_it_takes_the_shards_placed_for_it() -> None:
+    """Two replicas, six free shards of which 0 and 5 are heavy: by count alone it would
+    campaign for 0, 1 and 2; by size the heavy ones go one to each replica (0 to this one, the
+    first by name), then the light ones alternate to the lighter: 0, 1 and 3 here."""
+    world = World(sizes={0: 10, 1: 1, 2: 1, 3: 1, 4: 1, 5: 10})
+    try:
+        world.lease(f"{OPTIONS.member_prefix}other", "other")
+        with capture_logs() as logs:
+            world.coordinator.tick()
+        assert world.coordinator.held() == [0, 1, 3]
+        taken = [e for e in logs if e["event"] == "shards.taken"]
+        assert [(e["shard"], e["by_size"]) for e in taken] == [(0, True), (1, True), (3, True)]
+        assert world.sizes_asked == 1
+    finally:
+        world.coordinator.shutdown()
+
+
+def test_a_single_leader_that_starts_while_the_sizes_are_counted_holds_the_shards_back() -> None:
+    """A count may take up to the renew deadline: the round reads the Leases again after it and
+    acts on that. Break: acting on the read before the count (it takes three shards while the
+    old leader works)."""
+    world = World(sizes={0: 10, 1: 1, 2: 1, 3: 1, 4: 1, 5: 10})
+    try:
+        world.lease(f"{OPTIONS.member_prefix}other", "other")
+        world.while_counting = lambda: world.lease(ID, "old-leader")  # type: ignore[method-assign]
+        world.coordinator.tick()
+        assert world.sizes_asked == 1
+        assert world.coordinator.held() == []
+    finally:
+        world.coordinator.shutdown()
+
+
+def test_with_nothing_to_choose_it_asks_no_sizes(world: World) -> None:
+    """Alone it takes every shard: no choice, so no count is made (a count costs a list per
+    shard)."""
+    world.coordinator.tick()
+    assert world.coordinator.held() == list(range(N))
+    assert world.sizes_asked == 0
 
 
 def test_above_its_share_it_drains_then_releases_the_highest_shards(world: World) -> None:
