@@ -572,12 +572,19 @@ class Coordinator:
         its share lets it take), the shards' sizes are asked for first (a count may take up to
         the renew deadline) and the Leases read again, so that what it acts on was read after
         the count, as in any round: the single leader's Lease above all (:meth:`_held_back`)."""
-        if self._round(None, ask=True):
-            self._round(self._sizes(), ask=False)
+        if self._round(None, ask=True) and not self._stop.is_set():
+            try:
+                sizes = self._sizes()
+            except Exception:  # never keep free shards untaken: placed by index
+                self._log.exception("shards.sizes_failed")
+                sizes = None
+            self._round(sizes, ask=False)
 
     def _round(self, sizes: Mapping[int, int] | None, *, ask: bool) -> bool:
         """Reads, plans and acts, placing free shards by ``sizes`` (None: by index); True,
-        having done nothing, when ``ask`` and there are free shards to choose from."""
+        having taken and given back nothing, when ``ask`` and there are free shards to choose
+        from in a round that listed the Leases (one that read them by name, on the way back to
+        one leader, may not list them for the count's probe either, and places by index)."""
         read = self._read_leases()
         if read is None:
             return False
@@ -613,7 +620,7 @@ class Coordinator:
             sizes=sizes,
         )
         free = [i for i in range(self._o.shards) if not _held_at(holdings.get(i), now)]
-        if ask and 0 < len(plan.acquire) < len(free):
+        if ask and listed and 0 < len(plan.acquire) < len(free):
             return True
         for i in plan.release:
             self._give_back(i)
@@ -1130,7 +1137,8 @@ class ShardedManager:
         sized_by: objects.Resource | None = None,
     ) -> None:
         """``sized_by``: the kind whose count per shard is its size, for placing free shards by
-        size (:mod:`.shardsizes`); None places them by count alone."""
+        size (:mod:`.shardsizes`); None, or a replica that watches some namespaces only, places
+        them by index."""
         if not mgr.metrics.sharded:
             raise ValueError(
                 "a sharded replica's metrics need Metrics(sharded=True): its controllers' series "
@@ -1194,7 +1202,9 @@ class ShardedManager:
                     retry_after=options.lease_duration,
                     clock=mgr.clock,
                 )
-                if sized_by is not None
+                # watching some namespaces only (--namespace): the count is cluster-wide, which
+                # their Roles do not allow and which would count namespaces it never serves
+                if sized_by is not None and not mgr.options.namespaces
                 else lambda: None
             ),
             clock=mgr.clock,

@@ -100,6 +100,10 @@ class ShardSizes:
                 log.warning("shards.sizes_failed", error=str(exc))
                 self._sizes, self._next = None, now + self._retry_after
                 return None
+            except Exception:  # a bug here must not keep free shards untaken: placed by index
+                log.exception("shards.sizes_failed")
+                self._sizes, self._next = None, now + self._retry_after
+                return None
             if sizes is None:
                 self._say("shards.sizes_not_counted", why="the API server does not filter")
             elif len(set(sizes.values())) <= 1:
@@ -117,7 +121,8 @@ class ShardSizes:
             limit=1,
             shard_selector=self._ranges[0].selector(),
         )
-        info = (listed.get("metadata") or {}).get("shardInfo")
+        meta = listed.get("metadata") if isinstance(listed, dict) else None
+        info = meta.get("shardInfo") if isinstance(meta, dict) else None
         return isinstance(info, dict) and bool(info.get("selector"))
 
     def _count(self) -> dict[int, int]:
@@ -133,11 +138,14 @@ class ShardSizes:
                 page = self._api.request(
                     "GET", path, query=query, accept=TABLE, max_bytes=PAGE_BYTES
                 )
+                if not isinstance(page, dict) or page.get("kind") != "Table":
+                    raise errors.ApiError(f"the list of {self._resource.plural} is not a Table")
                 rows = page.get("rows") or []  # null when none
-                if not isinstance(rows, list):
-                    raise errors.ApiError(f"a Table of {self._resource.plural} without rows")
+                meta = page.get("metadata") or {}
+                if not isinstance(rows, list) or not isinstance(meta, dict):
+                    raise errors.ApiError(f"a malformed Table of {self._resource.plural}")
                 count += len(rows)
-                token = str((page.get("metadata") or {}).get("continue") or "")
+                token = str(meta.get("continue") or "")
                 if not token:
                     break
             sizes[r.index] = count

@@ -51,7 +51,8 @@ class Plan:
     """How many shards this replica should hold."""
     keep: tuple[int, ...]
     acquire: tuple[int, ...]
-    """Free or expired shards to campaign for, lowest index first."""
+    """Free or expired shards to campaign for: lowest index first, or with sizes those placed
+    for this replica first (heaviest first), then the others by index."""
     release: tuple[int, ...]
     """Held shards to give back (drained first), highest index first."""
     placed: tuple[int, ...] = ()

@@ -27,6 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
 from controllers.reconcilers import api as rapi
 from controllers.runtime import client as clients
@@ -205,4 +206,7 @@ def test_a_server_without_the_gate_gives_no_shard_sizes(api: clients.Client) -> 
     """Its lists ignore the selector: every shard would count the whole kind. The probe (one
     Lease list) says so, and no Table is asked for."""
     sizes = shardsizes.ShardSizes(api, rapi.BACKENDS, 3, lease_namespace="default", timeout=30.0)
-    assert sizes() is None
+    with capture_logs() as logs:
+        assert sizes() is None
+    said = [(e["event"], e.get("why")) for e in logs]
+    assert said == [("shards.sizes_not_counted", "the API server does not filter")], said

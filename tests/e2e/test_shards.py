@@ -650,7 +650,15 @@ def test_a_killed_replicas_shards_are_taken_once_their_leases_expired(world: Wor
         renewed = clocks.parse_rfc3339(move.previous_spec["renewTime"])
         acquired = clocks.parse_rfc3339(move.spec["acquireTime"])
         assert acquired >= renewed + LEASE_DURATION - 0.5, (move.shard, acquired - renewed)
-    if world.mode == "gate-on" and len(set(sizes.values())) > 1:
+    failed = [
+        r.identity
+        for r in survivors
+        for at, e in entries(r.process.logs())
+        if at >= killed and e.get("event") == "shards.sizes_failed"
+    ]
+    if failed:  # a count that fails (a slow server: its deadline) places by index, by design
+        print(f"{world.mode}: no sizes for {failed}: placement by size not checked")
+    elif world.mode == "gate-on" and len(set(sizes.values())) > 1:
         taken = {c.shard: c.after for c in first.values()}
         assert taken == placed, f"sizes {sizes}, held before {before}: taken {taken}"
         print(f"{world.mode}: the freed shards went by size: {taken} (sizes {sizes})")

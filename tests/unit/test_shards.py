@@ -320,6 +320,8 @@ def test_when_the_list_is_forbidden_freed_shards_are_shared_among_the_holders_st
     world.coordinator.tick()
     assert world.coordinator.held() == [0, 1, 4], "3 of 6 among itself and 'a', not all freed"
     assert world.holder(5) == ""
+    # nor is a count tried: its probe lists Leases too (placed by index)
+    assert world.sizes_asked == 0
 
 
 def test_what_it_remembers_of_another_counts_leases_outlives_a_stretch_read_by_name(
@@ -429,6 +431,24 @@ def test_a_single_leader_that_starts_while_the_sizes_are_counted_holds_the_shard
         world.coordinator.tick()
         assert world.sizes_asked == 1
         assert world.coordinator.held() == []
+    finally:
+        world.coordinator.shutdown()
+
+
+def test_a_count_that_fails_unexpectedly_leaves_the_shards_placed_by_index() -> None:
+    """Whatever the count raises, free shards are still taken (by index) in the same round."""
+    world = World(sizes={0: 10, 1: 1, 2: 1, 3: 1, 4: 1, 5: 10})
+    try:
+        world.lease(f"{OPTIONS.member_prefix}other", "other")
+
+        def broken() -> None:
+            raise RuntimeError("a bug in the count")
+
+        world.while_counting = broken  # type: ignore[method-assign]
+        with capture_logs() as logs:
+            world.coordinator.tick()
+        assert world.coordinator.held() == [0, 1, 2]
+        assert any(e["event"] == "shards.sizes_failed" for e in logs)
     finally:
         world.coordinator.shutdown()
 

@@ -103,8 +103,12 @@ def test_equal_sizes_say_nothing() -> None:
         Reply(500, json.dumps({"kind": "Status", "reason": "InternalError"}).encode()),
         Reply(200, json.dumps({"kind": "Table", "rows": {"not": "a list"}}).encode()),
         Reply(403, json.dumps({"kind": "Status", "reason": "Forbidden"}).encode()),
+        Reply(200, b"null"),
+        Reply(200, b'["a", "list"]'),
+        Reply(200, json.dumps({"kind": "Table", "rows": [], "metadata": "x"}).encode()),
+        Reply(200, json.dumps({"kind": "WidgetList", "items": []}).encode()),
     ],
-    ids=["error", "malformed", "forbidden"],
+    ids=["error", "malformed", "forbidden", "null", "list", "metadata", "not-a-table"],
 )
 def test_a_failed_count_says_nothing_and_is_tried_again_after_retry_after(reply: Reply) -> None:
     server = Server({0: 5, 1: 0, 2: 3})
