@@ -195,11 +195,12 @@ def test_shard_sizes_the_server_counts_are_each_shards_objects(
     counted = shardsizes.ShardSizes(
         gated, rapi.BACKENDS, shards, lease_namespace="default", timeout=30.0
     )()
-    assert counted == expected
+    # equal sizes say nothing (by design): with random names, 2 shards split 100/100 at times
+    assert counted == (expected if len(set(expected.values())) > 1 else None)
     first = sharding.ranges(shards)[0]
     one = gated.list(rapi.BACKENDS, limit=1, shard_selector=first.selector())
     assert one["metadata"].get("remainingItemCount") == BACKENDS - 1 != expected[0] - 1
-    print(f"\n{shards} shards: ServiceBackends per shard {[counted[i] for i in sorted(counted)]}")
+    print(f"\n{shards} shards: ServiceBackends per shard {[expected[i] for i in sorted(expected)]}")
 
 
 def test_a_server_without_the_gate_gives_no_shard_sizes(api: clients.Client) -> None:
