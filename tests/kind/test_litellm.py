@@ -50,7 +50,7 @@ from tests.kind.conftest import Configured
 from tests.kind.env import KindEnv
 from tests.support import gatewayload as gl
 from tests.support import leaks
-from tests.support.polling import wait_for
+from tests.support.polling import Timeout, wait_for
 
 MANIFEST = Path(__file__).parent / "manifests" / "litellm.yaml"
 ENVOY_MANIFEST = Path(__file__).parent / "manifests" / "envoy.yaml"
@@ -327,15 +327,33 @@ class Load:
         return done.stdout if done.returncode == 0 else ""
 
     def stop(self) -> None:
-        """Tells the load to stop, waits for its Pod to end, and reads its results."""
-        self.cluster.exec_python(self.namespace, self.name, "open('/tmp/stop', 'w').close()")
+        """Tells the load to stop, waits for its Pod to end, and reads its results.
+
+        The exec's own exit status is not the answer: the load can see ``/tmp/stop``, finish and
+        end its container while the exec'd interpreter is still shutting down, and the runtime
+        then kills that process (exit 137, which failed a CI run). What counts is that the Pod
+        ends, and ends Succeeded; an exec that did not get through (a dropped stream) is tried
+        again while the Pod still runs."""
 
         def ended() -> str | None:
             pod = self.cluster.get(PODS, self.name, self.namespace) or {}
             phase = (pod.get("status") or {}).get("phase")
             return phase if phase in ("Succeeded", "Failed") else None
 
-        phase = wait_for(ended, timeout=120, interval=0.5, what=f"the load {self.name} ended")
+        def asked_and_ended() -> str | None:
+            if (phase := ended()) is not None:
+                return phase
+            code = "open('/tmp/stop', 'w').close()"
+            touch = ["exec", "-n", self.namespace, self.name, "--", "python", "-c", code]
+            self.cluster.kubectl(*touch, check=False, timeout=60)
+            try:
+                return wait_for(ended, timeout=15, interval=0.5, what="the load's end")
+            except Timeout:
+                return None
+
+        phase = wait_for(
+            asked_and_ended, timeout=180, interval=0.5, what=f"the load {self.name} ended"
+        )
         self.log = self._log()
         lines = self.log.strip().splitlines()
         assert phase == "Succeeded", lines[-20:]
