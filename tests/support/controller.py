@@ -197,7 +197,7 @@ class ControllerProcess:
 
     def _busy(self) -> bool:
         assert self.proc is not None
-        _, text = self.proc.http(self.proc.metrics_port, "/metrics")
+        text = self.proc.metrics("workqueue_depth", "controller_runtime_active_workers")
         gauges = ("workqueue_depth{", "controller_runtime_active_workers{")
         return any(
             line.startswith(gauges) and not line.endswith(" 0.0") for line in text.splitlines()
