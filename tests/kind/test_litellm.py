@@ -27,9 +27,11 @@ test, renewed with two thirds left: room for rotator's rollout window and a new 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import secrets
+import subprocess
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -45,7 +47,7 @@ from controllers.runtime import objects
 from rotator_devkit.devenv.standins import upstreams
 from rotator_devkit.incluster import settings
 from tests.kind.chains import CALLER, KINDS, ROLE_ARN, TEST_KEYS, caller, new_api_key
-from tests.kind.cluster import DEPLOYMENTS, PODS, REPO, Cluster, idle_pod
+from tests.kind.cluster import DEPLOYMENTS, PODS, REPO, Cluster, CommandFailed, idle_pod
 from tests.kind.conftest import Configured
 from tests.kind.env import KindEnv
 from tests.support import gatewayload as gl
@@ -343,9 +345,10 @@ class Load:
         def asked_and_ended() -> str | None:
             if (phase := ended()) is not None:
                 return phase
-            code = "open('/tmp/stop', 'w').close()"
-            touch = ["exec", "-n", self.namespace, self.name, "--", "python", "-c", code]
-            self.cluster.kubectl(*touch, check=False, timeout=60)
+            with contextlib.suppress(CommandFailed, subprocess.TimeoutExpired):
+                self.cluster.exec_python(
+                    self.namespace, self.name, "open('/tmp/stop', 'w').close()"
+                )
             try:
                 return wait_for(ended, timeout=15, interval=0.5, what="the load's end")
             except Timeout:

@@ -197,8 +197,9 @@ class ControllerProcess:
 
     def _busy(self) -> bool:
         assert self.proc is not None
-        text = self.proc.metrics("workqueue_depth", "controller_runtime_active_workers")
-        gauges = ("workqueue_depth{", "controller_runtime_active_workers{")
+        names = ("workqueue_depth", "controller_runtime_active_workers")
+        text = self.proc.metrics(*names)
+        gauges = tuple(f"{name}{{" for name in names)
         return any(
             line.startswith(gauges) and not line.endswith(" 0.0") for line in text.splitlines()
         )
