@@ -11,7 +11,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import jwt
 import pytest
@@ -21,6 +21,8 @@ from jwt.algorithms import RSAAlgorithm
 
 from controllers.reconcilers import api as rapi
 from controllers.reconcilers.route.formats import envoy as envoy_format
+from controllers.runtime import client as clients
+from controllers.runtime import errors
 from rotator_devkit.devenv.providers import Placement, ProviderStandIns
 from rotator_devkit.incluster import cluster, samples, settings
 from rotator_devkit.incluster.admin import AdminEndpoint
@@ -479,3 +481,63 @@ def test_the_envoy_deployment_runs_in_its_mounted_route_config_with_no_rollout_o
     service = docs["Service"]
     assert service["spec"]["selector"] == template["metadata"]["labels"]
     assert service["spec"]["ports"] == [{"name": "http", "port": port, "targetPort": "http"}]
+
+
+# --- the admin channel ------------------------------------------------------------------------
+
+
+class _ProxyPath:
+    """A client whose service-proxy path fails as told, then answers: each failure an error
+    as the client raises it (``controllers.runtime.errors``)."""
+
+    def __init__(self, *failures: errors.ApiError) -> None:
+        self.failures = list(failures)
+        self.asked: list[tuple[str, str, Any]] = []
+
+    def request(self, method: str, path: str, *, body: Any = None) -> Any:
+        self.asked.append((method, path, body))
+        if self.failures:
+            raise self.failures.pop(0)
+        return {"answered": len(self.asked)}
+
+
+def _admin(path: _ProxyPath, pauses: list[float]) -> Any:
+    return kind_standins.admin(
+        cast(clients.Client, path), "POST", "register", {"policies": []}, pause=pauses.append
+    )
+
+
+def test_the_admin_channel_asks_again_after_a_broken_answer_or_a_proxy_5xx() -> None:
+    broken = errors.ConnectionFailed("reading the 200 response failed: IncompleteRead")
+    unavailable = errors.from_status(503, reason="ServiceUnavailable", message="no endpoints")
+    path, pauses = _ProxyPath(broken, unavailable), list[float]()
+    assert _admin(path, pauses) == {"answered": 3}
+    assert [asked[1].rsplit("/", 2)[-2:] for asked in path.asked] == [["proxy", "register"]] * 3
+    assert {asked[2]["policies"] == [] for asked in path.asked} == {True}
+    assert pauses == [0.5, 1.0]
+
+
+def test_the_admin_channel_gives_up_after_its_attempts_with_the_last_fault() -> None:
+    faults = [errors.ConnectionFailed(f"broken {n}") for n in range(kind_standins.ADMIN_ATTEMPTS)]
+    path, pauses = _ProxyPath(*faults), list[float]()
+    with pytest.raises(errors.ConnectionFailed, match=f"broken {kind_standins.ADMIN_ATTEMPTS - 1}"):
+        _admin(path, pauses)
+    assert len(path.asked) == kind_standins.ADMIN_ATTEMPTS
+    assert pauses == [0.5, 1.0, 2.0]
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        errors.from_status(400, reason="BadRequest", message="KeyError: 'standIn'"),
+        errors.from_status(404, reason="NotFound", message="no POST /nothing"),
+    ],
+)
+def test_the_admin_channel_never_asks_again_after_the_endpoints_own_refusal(
+    answer: errors.ApiError,
+) -> None:
+    path, pauses = _ProxyPath(answer), list[float]()
+    with pytest.raises(type(answer)):
+        _admin(path, pauses)
+    assert len(path.asked) == 1
+    assert pauses == []
