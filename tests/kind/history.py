@@ -16,14 +16,17 @@ hide behind a broken watch.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
-from collections.abc import Iterable, Iterator
+import time
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from controllers.reconcilers import api as rapi
 from controllers.runtime import clock as clocks
 from rotator import schedule
 from tests.kind.watching import Seen
+from tests.support.polling import Timeout, wait_for
 
 POLICY_LABEL = "rotator.dev/policy"
 ROUTE_LABEL = "rotator.dev/route"
@@ -227,3 +230,51 @@ class RouteConfigs:
     def changed(self, *, since: float = 0.0) -> set[str]:
         """The Secrets written with a new ``config.yaml`` (config-hash) after ``since``."""
         return {secret for secret, _, changed in self._writes(since) if changed}
+
+
+BOUNDARY = 2
+"""STS exchanges that may fall on the other side of a counting window's ends from the Secret
+write they led to (a renewal in flight when counting starts or stops)."""
+SETTLE = 60.0
+"""Seconds :func:`balanced_end` waits for the exchanges and the new credentials to balance. A
+wave of renewals in flight when a window would end (chains whose sessions were minted within
+seconds of each other are renewed so) lands within seconds, while an exchange whose credential
+was lost never does. CI runs that ended the window at once counted 185 exchanges for 181
+credentials (tests/kind/test_upgrade.py, 100 chains) and 26 for 23 (tests/kind/test_helm.py, 12
+STS chains, a change of shards back to one leader). More than the quiet gap between two waves of
+renewals (60 s sessions, renewed at two thirds of their lifetime)."""
+
+
+@dataclass(frozen=True)
+class WindowEnd:
+    """Where a window that counts STS exchanges against new credentials ended."""
+
+    at: float
+    """Wall-clock seconds of the reading."""
+    calls: int
+    """STS exchanges in the window."""
+    events: list[Seen]
+    """Every version of the Secrets seen by then."""
+
+
+def balanced_end(
+    calls: Callable[[], int],
+    events: Callable[[], list[Seen]],
+    *,
+    since: float,
+    settle: float = SETTLE,
+) -> WindowEnd:
+    """The end of a window from ``since``: the first reading, within ``settle`` seconds, at which
+    the exchanges so far (``calls``) and the new credentials among ``events`` balance within
+    :data:`BOUNDARY`; else the last reading, and the caller's assertion names the imbalance."""
+    window: list[WindowEnd] = []
+
+    def balanced() -> bool:
+        made, seen = calls(), events()
+        window[:] = [WindowEnd(time.time(), made, seen)]
+        return abs(made - len(Credentials(seen).new_credentials(since=since))) <= BOUNDARY
+
+    with contextlib.suppress(Timeout):
+        wait_for(balanced, timeout=settle, interval=0.5, what="exchanges and credentials")
+    assert window, "the stand-ins' calls could be read"
+    return window[-1]

@@ -87,7 +87,14 @@ from tests.kind.helmrelease import (
     present,
     split_image,
 )
-from tests.kind.history import POLICY_LABEL, ROUTE_LABEL, Credentials, RouteConfigs
+from tests.kind.history import (
+    BOUNDARY,
+    POLICY_LABEL,
+    ROUTE_LABEL,
+    Credentials,
+    RouteConfigs,
+    balanced_end,
+)
 from tests.kind.standins import StandIns
 from tests.kind.watching import Recorder, Seen
 from tests.support import leaks, required
@@ -120,8 +127,6 @@ STANDIN_ENV = (
 """The stand-ins' variables that need no file (plain-http endpoints): what ``extraEnv`` carries
 in every revision (image A's too). The rest (``REQUESTS_CA_BUNDLE``, the pod identity token
 file) name files of the stand-ins' Secret, which only the fresh sharded install mounts."""
-BOUNDARY = 2
-"""STS exchanges that may fall on the other side of a window's ends from the write they led to."""
 DEBUG: dict[str, Any] = {"logLevel": "debug"}
 """In every revision: each reconcile's log lines, which the overlap checks read (image A's too)."""
 VALUES_ONLY: dict[str, Any] = {
@@ -344,7 +349,8 @@ def upgrade(
     """``helm upgrade`` to ``new_values`` while a watch records the chains' Secrets, until the
     new Pods run and every STS policy has been renewed once by them (a renewal that was due: by
     then the new leader has reconciled every object, which is when a needless mint or rewrite
-    would have happened)."""
+    would have happened), and on to the first moment the STS exchanges and the new credentials
+    balance (:func:`~tests.kind.history.balanced_end`: a wave of renewals in flight then)."""
     before = managed_versions(cluster, helmed.namespaces)
     with chain_secrets(cluster) as watched:
         since, calls_before = time.time(), sts_calls(standins.calls())
@@ -362,8 +368,12 @@ def upgrade(
         wait_for(
             renewed_by_the_new_pods, timeout=120, interval=0.5, what="every STS policy renewed"
         )
-        until, calls = time.time(), sts_calls(standins.calls()) - calls_before
-        events, relists = in_namespaces(watched.events(), helmed.namespaces), watched.relists
+        end = balanced_end(
+            lambda: sts_calls(standins.calls()) - calls_before,
+            lambda: in_namespaces(watched.events(), helmed.namespaces),
+            since=since,
+        )
+        until, calls, events, relists = end.at, end.calls, end.events, watched.relists
     after = managed_versions(cluster, helmed.namespaces)
     credentials, configs = Credentials(events), RouteConfigs(events)
 

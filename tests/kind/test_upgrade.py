@@ -32,23 +32,13 @@ from tests.kind.cluster import REPO, Cluster
 from tests.kind.conftest import patch_controller, scan_logs
 from tests.kind.controllerlogs import ControllerLogs
 from tests.kind.env import KindEnv
-from tests.kind.history import Credentials, RouteConfigs
+from tests.kind.history import BOUNDARY, Credentials, RouteConfigs, balanced_end
 from tests.kind.standins import StandIns, install_standins
-from tests.kind.watching import Recorder, Seen
+from tests.kind.watching import Recorder
 from tests.support import required
 from tests.support.polling import Timeout, wait_for
 
 CHAINS = 100
-BOUNDARY = 2
-"""STS exchanges that may fall on the other side of the window's ends from the Secret write
-they led to (a renewal in flight when counting starts or stops). The window ends at an instant
-the exchanges and the new credentials balance, within :data:`SETTLE` seconds: a wave of
-renewals in flight when it would end (100 chains whose sessions were minted within seconds of
-each other are renewed so) lands within seconds, while an exchange whose credential was lost
-never does. A CI run that ended the window at once counted 185 exchanges for 181 credentials."""
-SETTLE = 60.0
-"""Seconds the window's end may wait for that balance: more than the quiet gap between two
-waves of renewals (60 s sessions, renewed at two thirds of their lifetime)."""
 
 
 @dataclass(frozen=True)
@@ -124,20 +114,10 @@ def upgraded(
         # moment; a route config it never rewrites is named by the test, not here
         with contextlib.suppress(Timeout):
             wait_for(configs_rewritten_by_b, timeout=30, interval=1.0, what="route configs")
-        window: list[tuple[float, int, list[Seen]]] = []
-
-        def balanced() -> bool:
-            """The window's end, taken now: the exchanges so far and every Secret version seen;
-            whether they balance (a lost exchange never does: the test names it)."""
-            calls = sts_calls(standins.calls()) - calls_before
-            seen = secrets.events()
-            window[:] = [(time.time(), calls, seen)]
-            return abs(calls - len(Credentials(seen).new_credentials(since=since))) <= BOUNDARY
-
-        with contextlib.suppress(Timeout):
-            wait_for(balanced, timeout=SETTLE, interval=0.5, what="exchanges and credentials")
-        assert window, "the stand-ins' calls could be read"
-        until, calls, events = window[-1]
+        end = balanced_end(
+            lambda: sts_calls(standins.calls()) - calls_before, secrets.events, since=since
+        )
+        until, calls, events = end.at, end.calls, end.events
         relists = secrets.relists
     yield Upgraded(
         Credentials(events),
