@@ -185,14 +185,25 @@ class Informer:
         """The byte bound of each list page this informer asks for (:func:`page_bytes`)."""
         return page_bytes(self._options, metadata_only=self.metadata_only)
 
+    @property
+    def label_selector(self) -> str | None:
+        """The label selector of its lists and watches (None: every object)."""
+        return self._label_selector
+
+    @property
+    def page_size(self) -> int:
+        """Objects per list page it asks for (:attr:`InformerOptions.page_size`)."""
+        return self._options.page_size
+
     def add_index(self, name: str, func: IndexFunc) -> None:
         self.store.add_index(name, func)
 
-    def add_handler(self, handler: EventHandler) -> None:
-        """Registers ``handler``; objects already stored are delivered to it as adds."""
+    def add_handler(self, handler: EventHandler, *, replay: bool = True) -> None:
+        """Registers ``handler``; objects already stored are delivered to it as adds, unless
+        ``replay`` is False (it then sees changes from now on only)."""
         with self._handlers_lock:
             self._handlers.append(handler)
-            existing = self.store.items()
+            existing = self.store.items() if replay else []
         for obj in existing:
             _call(handler.on_add, obj)
 

@@ -17,7 +17,8 @@ Secrets in other namespaces, all created by a 16-thread client before the contro
   from the update being sent to its route config holding the new key, and where the time of the
   p99 update went (each request of the path, from the audit log);
 * the API server's own floors (tests/bench/floors.py), with the controller stopped: the same
-  propagation through a bare client's two writes and their watches, and the cold start's
+  propagation through a bare client's two writes and their watches, the restart's lists (every
+  page of the views the controller's cache lists, decoded, nothing kept), and the cold start's
   request mix replayed by a bare client; the controller's figures are printed as ratios to them.
   The replay's CPU (the bare client's, the control plane's) is printed beside the cold start's:
   on a machine the API server saturates, what the controller spends beyond the client is taken
@@ -39,8 +40,11 @@ from pathlib import Path
 
 from controllers import logs
 from controllers.reconcilers import api as rapi
+from controllers.reconcilers.cache import chaincache
 from controllers.runtime import client as clients
 from controllers.runtime import objects, restconfig
+from controllers.runtime.cache import Cache
+from controllers.runtime.informer import Informer
 from rotator_devkit.controlplane import assets
 from rotator_devkit.controlplane.cluster import ControlPlaneOptions, LocalControlPlane
 from tests.bench import floors
@@ -177,6 +181,10 @@ def main() -> None:
         routes.stop()
         print(f"propagation floor done ({len(floor_samples)} updates)", flush=True)
 
+        # this process runs nothing else now: its CPU is the bare client's
+        relisted = floors.relist(api, restart_views(api))
+        print(f"restart floor done ({relisted.objects} objects)", flush=True)
+
         mix = floors.replay(api, cold_requests)
         floor_cpu_before, cp_cpu_before = time.process_time(), scale.control_plane_cpu(cp)
         floor = mix.run(args.threads)
@@ -239,6 +247,14 @@ def main() -> None:
         f"{restart_cpu:.1f} s ({per(restart_cpu * 1000, args.chains)} ms per chain, "
         f"{restart_cpu * 1000 / objects_cached:.3f} ms per cached object of {objects_cached})",
     )
+    restart_lists = sum(1 for r in restart_requests if r.verb == "list")
+    row(
+        "  restart floor: a bare client lists the same views, decoded",
+        f"{relisted.cpu:.1f} s CPU ({relisted.cpu * 1000 / max(relisted.objects, 1):.3f} ms per "
+        f"object of {relisted.objects}; {relisted.pages} pages, the restart's lists "
+        f"{restart_lists}; {relisted.seconds:.1f} s)",
+    )
+    row("  ratio restart CPU / floor CPU", ratio(restart_cpu, relisted.cpu))
     mix_requests = [r for r in cold_requests if floors.replayed(r)]
     mix_seconds = (
         max(r.completed for r in mix_requests) - min(r.received for r in mix_requests)
@@ -409,6 +425,13 @@ def print_stages(
         median = percentile([st[n] for st in stages.values()], 50)
         row(f"    {label}", f"{stages[p99][n] * 1000:6.1f}  (median {median * 1000:.1f})")
     row("    total", f"{p99.latency * 1000:6.1f}")
+
+
+def restart_views(api: clients.Client) -> list[Informer]:
+    """The views the controller's cache lists (``chaincache.chain_cache``, the one place that
+    makes them), made and never started: what the restart's floor lists."""
+    chain = chaincache.chain_cache(Cache(api), {})
+    return [chain.all_secrets, chain.managed, chain.policies, chain.backends, chain.routes]
 
 
 def ratio(a: float, b: float) -> str:

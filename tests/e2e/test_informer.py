@@ -9,9 +9,10 @@ from typing import Any
 
 import pytest
 
-from controllers.runtime import objects, restconfig
+from controllers.runtime import objects, restconfig, sources
 from controllers.runtime.informer import LAST_APPLIED, Informer
 from controllers.runtime.objects import Body
+from controllers.runtime.reconcile import Request
 from tests.support import etcd
 from tests.support.informer_probe import ProbedClient
 from tests.support.polling import wait_for
@@ -107,6 +108,50 @@ def test_index_finds_objects_by_value(api, namespace, start_informer) -> None:
     assert [objects.name(o) for o in informer.store.by_index("by-secret", f"{namespace}/s1")] == [
         "a"
     ]
+
+
+def test_only_the_primary_kinds_source_is_given_what_was_cached_before_it_started(
+    api, namespace, start_informer
+) -> None:
+    """A controller's sources start on a synced informer: :class:`sources.Kind` requests every
+    object cached already, an owned or mapped source only what changes after (the requests it
+    would make of cached objects name primary objects, which Kind requests already)."""
+    made = api.create(objects.CONFIGMAPS, configmap("a"), namespace=namespace)
+    owner = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "name": "a",
+        "uid": made["metadata"]["uid"],
+        "controller": True,
+    }
+    owned = {**configmap("b", k="1"), "metadata": {"name": "b", "ownerReferences": [owner]}}
+    api.create(objects.CONFIGMAPS, owned, namespace=namespace)
+    informer, _ = start_informer(objects.CONFIGMAPS, namespace)
+    wait_for(lambda: len(informer.store) == 2, what="both cached")
+    requested: dict[str, list[str]] = {"kind": [], "owned": [], "mapped": []}
+    started = [
+        (sources.Kind(informer), "kind"),
+        (sources.Owned(informer, objects.CONFIGMAPS), "owned"),
+        (
+            sources.Mapped(informer, lambda o: [Request(namespace, "mapped-" + objects.name(o))]),
+            "mapped",
+        ),
+    ]
+
+    def recording(what: str) -> sources.Enqueue:
+        return lambda request: requested[what].append(request.name)
+
+    for source, what in started:
+        source.start(recording(what))
+    assert sorted(requested["kind"]) == ["a", "b"]
+    assert requested["owned"] == []
+    assert requested["mapped"] == []
+    api.patch(objects.CONFIGMAPS, "b", {"data": {"k": "2"}}, namespace=namespace)
+    wait_for(lambda: "a" in requested["owned"], what="the owned source: the change's owner")
+    wait_for(lambda: "mapped-b" in requested["mapped"], what="the mapped source: the change")
+    assert requested["kind"][2:] == ["b"], "and the primary kind's: the change itself"
+    for source, _ in started:
+        source.stop()
 
 
 def test_metadata_only_mode_holds_no_secret_data(api, namespace, start_informer) -> None:

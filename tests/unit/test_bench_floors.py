@@ -5,8 +5,14 @@ log. The benchmark asserts nothing, so its arithmetic is checked here."""
 from __future__ import annotations
 
 import base64
+from typing import cast
 
+from controllers.reconcilers import api as rapi
+from controllers.reconcilers.cache import secretviews
+from controllers.runtime import client as clients
+from controllers.runtime import objects
 from tests.bench import floors
+from tests.bench import scale as scale_bench
 from tests.support import audit, scale
 
 
@@ -70,3 +76,37 @@ def test_the_sample_at_a_percentile_is_the_nearest_rank() -> None:
     samples = [floors.Sample(i, str(i), 0.0, float(i)) for i in range(100)]
     assert floors.at_percentile(samples, 99).chain == 98
     assert floors.at_percentile(samples, 50).chain == 50
+
+
+class _Pages:
+    """A client whose every list answers ``per_list`` pages of two items, chained by continue
+    tokens; it records what each list asked for."""
+
+    def __init__(self, per_list: int) -> None:
+        self.per_list = per_list
+        self.asked: list[dict[str, object]] = []
+
+    def list(self, resource: objects.Resource, **query: object) -> dict[str, object]:
+        self.asked.append({"resource": resource.plural, **query})
+        token = query.get("continue_token")
+        page = 1 if token is None else int(str(token)) + 1
+        more = {"continue": str(page)} if page < self.per_list else {}
+        return {"items": [{}, {}], "metadata": more}
+
+
+def test_the_restart_floor_lists_every_page_of_the_controllers_views_as_they_list() -> None:
+    pages = _Pages(per_list=3)
+    views = scale_bench.restart_views(cast(clients.Client, pages))
+    relisted = floors.relist(cast(clients.Client, pages), views)
+    assert (relisted.pages, relisted.objects) == (15, 30)
+    firsts = [a for a in pages.asked if a["continue_token"] is None]
+    assert [(a["resource"], a["label_selector"], a["metadata_only"]) for a in firsts] == [
+        ("secrets", None, True),
+        ("secrets", rapi.MANAGED_SELECTOR, False),
+        ("backendsecuritypolicies", None, False),
+        ("servicebackends", None, False),
+        ("routes", None, False),
+    ]
+    assert firsts[1]["limit"] == secretviews.MANAGED_PAGE_SIZE
+    assert [a["max_bytes"] for a in firsts] == [v.page_bytes for v in views]
+    assert [a["continue_token"] for a in pages.asked[:3]] == [None, "1", "2"]
