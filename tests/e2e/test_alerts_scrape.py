@@ -83,7 +83,14 @@ def test_the_refresh_failure_expression_is_true_while_sts_fails_and_false_after_
     chain.wait_condition(
         "policy", "sa", "Ready", "True", "CredentialsReady", timeout=backoff.CAP * 1.5 + 30
     )
-    recovered = scrape(controller, "a", keep)
+    # Ready stays True through the outage (the credential is still valid): the recovery scrape is
+    # the one that counts the requested rotation's retry succeeding, so no retry sent before the
+    # heal can count its failure after it (one did in CI: 1.5 failures over minute 13's window)
+    recovered = wait_for(
+        counted_more(lambda: scrape(controller, "a", keep), failing, "success"),
+        timeout=backoff.CAP * 1.5 + 30,
+        what="the requested rotation's retry succeeding after the outage, in /metrics",
+    )
     chain.request_rotation("sa", "alerts-2")
     again = wait_for(
         counted_more(lambda: scrape(controller, "a", keep), recovered, "success"),

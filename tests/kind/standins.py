@@ -317,6 +317,8 @@ def admin(
     for attempt in range(1, ADMIN_ATTEMPTS + 1):
         try:
             return api.request(method, proxy + path, body=body)
+        except clients.BodyTooLarge:
+            raise  # a ConnectionFailed too, but the same answer would be too large again
         except ADMIN_TRANSPORT_FAULTS:
             if attempt == ADMIN_ATTEMPTS:
                 raise

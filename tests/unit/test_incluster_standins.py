@@ -531,9 +531,10 @@ def test_the_admin_channel_gives_up_after_its_attempts_with_the_last_fault() -> 
     [
         errors.from_status(400, reason="BadRequest", message="KeyError: 'standIn'"),
         errors.from_status(404, reason="NotFound", message="no POST /nothing"),
+        clients.BodyTooLarge("the response is over its bound of 4194304 bytes"),
     ],
 )
-def test_the_admin_channel_never_asks_again_after_the_endpoints_own_refusal(
+def test_the_admin_channel_never_asks_again_after_a_refusal_or_a_body_too_large(
     answer: errors.ApiError,
 ) -> None:
     path, pauses = _ProxyPath(answer), list[float]()
