@@ -38,9 +38,9 @@ import functools
 import itertools
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Self
+from typing import Any, Self
 
 from controllers.reconcilers import api as rapi
 from controllers.runtime import apply, objects
@@ -68,14 +68,21 @@ def replayed(request: audit.Request) -> bool:
     return request.verb in ("create", "patch") and request.resource in RESOURCES
 
 
-def _items(api: clients.Client, resource: Resource, namespace: str) -> Iterable[Body]:
+def _pages(api: clients.Client, resource: Resource, **query: Any) -> Iterator[Body]:
+    """Every page of a list of ``resource`` (``query``: :meth:`clients.Client.list`'s
+    arguments but the continue token), following the continue tokens."""
     token: str | None = None
     while True:
-        page = api.list(resource, namespace=namespace, limit=500, continue_token=token)
-        yield from page.get("items") or []
+        page = api.list(resource, continue_token=token, **query)
         token = (page.get("metadata") or {}).get("continue")
+        yield page
         if not token:
             return
+
+
+def _items(api: clients.Client, resource: Resource, namespace: str) -> Iterable[Body]:
+    for page in _pages(api, resource, namespace=namespace, limit=500):
+        yield from page.get("items") or []
 
 
 def _secret_copy(secret: Body) -> Body:
@@ -176,22 +183,16 @@ def relist(api: clients.Client, views: Iterable[Informer]) -> Relisted:
     count = pages = 0
     started, cpu = time.monotonic(), time.process_time()
     for view in views:
-        token: str | None = None
-        while True:
-            page = api.list(
-                view.resource,
-                label_selector=view.label_selector,
-                limit=view.page_size,
-                continue_token=token,
-                metadata_only=view.metadata_only,
-                max_bytes=view.page_bytes,
-            )
+        for page in _pages(
+            api,
+            view.resource,
+            label_selector=view.label_selector,
+            limit=view.page_size,
+            metadata_only=view.metadata_only,
+            max_bytes=view.page_bytes,
+        ):
             pages += 1
             count += len(page.get("items") or [])
-            token = (page.get("metadata") or {}).get("continue")
-            del page
-            if not token:
-                break
     return Relisted(count, pages, time.monotonic() - started, time.process_time() - cpu)
 
 
