@@ -104,10 +104,18 @@ def create_workload(chain: AWSChain, kind: str, name: str, *, opted_in: bool = T
 
 
 def gateway_chain(chain: AWSChain, targets: list[dict[str, str]]) -> None:
-    """API key Secret → policy → backend → Route ``chat`` with ``targets``."""
+    """API key Secret → policy → backend → Route ``chat`` with ``targets``.
+
+    The Route is created once its backend resolves: a Route created before writes a first
+    configuration without the backend's credentials, then a second with them, and that change
+    opens a debounce window (and a rollout) of its own, before any test's change. A CI run
+    under load saw it: the window opened before the test's first change closed between its two
+    changes, and the one rollout carried the middle configuration."""
     chain.secret("key", apiKey="sk-rollout-0000000001")
     chain.api_key_policy("openai", secret="key", targets=["openai"])
     chain.backend("openai")
+    chain.wait_condition("policy", "openai", "Ready", "True")
+    chain.wait_condition("backend", "openai", "ResolvedRefs", "True", "ResolvedRefs")
     chain.create(
         "route",
         "chat",
@@ -122,6 +130,12 @@ def new_hash(chain: AWSChain, old: str | None) -> str | None:
     """Route ``chat``'s configuration hash once it differs from ``old``."""
     current = chain.config_hash("chat")
     return current if current != old else None
+
+
+def recorded(chain: AWSChain) -> str | None:
+    """The configuration hash Route ``chat``'s status records (rolled out, or the first)."""
+    route = chain.get("route", "chat") or {}
+    return ((route.get("status") or {}).get("rolloutRestart") or {}).get("configHash")
 
 
 def get(chain: AWSChain, resource: objects.Resource, name: str) -> dict[str, Any]:
@@ -264,6 +278,8 @@ def test_changes_within_the_debounce_window_roll_out_once(
         "route", "chat", rapi.ROLLOUT_RESTARTED, "True", rapi.REASON_FIRST_CONFIGURATION
     )
     hashes = [chain.config_hash("chat")]
+    assert chain.backend_credentials("chat")["openai"] is not None, "the first configuration"
+    assert recorded(chain) == hashes[0], "no rollout pending before the test's changes"
     started = time.monotonic()
     for n in (2, 3):
         chain.secret("key", apiKey=f"sk-rollout-000000000{n}")
