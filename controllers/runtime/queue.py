@@ -56,7 +56,15 @@ class Queue(Generic[T]):
     def __init__(
         self, *, metrics: QueueMetrics[T] | None = None, clock: clocks.Clock | None = None
     ) -> None:
-        self._cond = threading.Condition()
+        # One lock, two conditions on it: workers in get() wait for an item, a draining
+        # shut_down_with_drain() for the last done(). With one condition for both, done()
+        # had to wake every waiter (notify_all) whenever nothing was left processing, which in
+        # an idle controller is after each item: its other workers woke, took the lock and the
+        # GIL, found nothing and slept again, on the propagation path of every update.
+        # An RLock, whose ``_is_owned`` (checked by every notify) is C, not Python.
+        self._lock = threading.RLock()
+        self._ready = threading.Condition(self._lock)
+        self._idle = threading.Condition(self._lock)
         self.clock = clock or clocks.RealClock()
         self._metrics: QueueMetrics[T] = metrics or NoMetrics()
         # Items waiting to be handed out, in order. Invariant: every item here is also in _dirty,
@@ -75,7 +83,7 @@ class Queue(Generic[T]):
 
     def add(self, item: T) -> None:
         """Marks ``item`` as needing processing; a no-op if it already does or after shutdown."""
-        with self._cond:
+        with self._lock:
             if self._shutting_down or item in self._dirty:
                 return
             self._metrics.added(item)
@@ -83,16 +91,16 @@ class Queue(Generic[T]):
             if item in self._processing:
                 return
             self._queue.append(item)
-            self._cond.notify()
+            self._ready.notify()
 
     def get(self) -> tuple[T | None, bool]:
         """Blocks until an item is available; returns ``(item, False)`` or ``(None, True)``.
 
         The caller owns the item until it calls :meth:`done` with it.
         """
-        with self._cond:
+        with self._lock:
             while not self._queue and not self._shutting_down:
-                self._cond.wait()
+                self._ready.wait()
             if not self._queue:
                 return None, True
             item = self._queue.popleft()
@@ -105,43 +113,43 @@ class Queue(Generic[T]):
 
     def done(self, item: T) -> None:
         """Ends processing of ``item``; if it was re-added meanwhile, queues it again."""
-        with self._cond:
+        with self._lock:
             self._metrics.finished(item)
             self._processing.discard(item)
             if not self._processing:
                 self._processing = set()  # a new table: see __init__
             if item in self._dirty:
                 self._queue.append(item)
-                self._cond.notify()
+                self._ready.notify()
             elif not self._processing:
-                self._cond.notify_all()  # wakes shut_down_with_drain
+                self._idle.notify_all()  # wakes shut_down_with_drain, never a worker
 
     def __len__(self) -> int:
-        with self._cond:
+        with self._lock:
             return len(self._queue)
 
     def processing(self) -> int:
         """How many items are handed out and not yet done."""
-        with self._cond:
+        with self._lock:
             return len(self._processing)
 
     def shut_down(self) -> None:
         """Stops accepting items; :meth:`get` reports shutdown once the queue is empty."""
-        with self._cond:
+        with self._lock:
             self._shutting_down = True
-            self._cond.notify_all()
+            self._ready.notify_all()
 
     def shut_down_with_drain(self, timeout: float | None = None) -> bool:
         """Shuts down, then waits until every handed-out item is done.
 
         Returns False if ``timeout`` seconds passed first.
         """
-        with self._cond:
+        with self._lock:
             self._shutting_down = True
-            self._cond.notify_all()
-            return self._cond.wait_for(lambda: not self._processing, timeout)
+            self._ready.notify_all()
+            return self._idle.wait_for(lambda: not self._processing, timeout)
 
     @property
     def shutting_down(self) -> bool:
-        with self._cond:
+        with self._lock:
             return self._shutting_down

@@ -150,8 +150,8 @@ def test_error_with_requeue_after_uses_backoff_not_the_requeue(scheduler) -> Non
 class WatchedCondition(threading.Condition):
     """A Condition that says when a thread starts waiting on it, once ``armed``."""
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, lock: threading.RLock) -> None:
+        super().__init__(lock)
         self.armed = False
         self.waiting = threading.Event()
 
@@ -184,8 +184,8 @@ def test_stop_waits_for_in_flight_reconciles(scheduler) -> None:
         metrics=Metrics(),
         options=ControllerOptions(workers=1),
     )
-    watched = WatchedCondition()
-    c.queue._cond = watched  # before start: every user of the queue sees it
+    watched = WatchedCondition(c.queue._lock)
+    c.queue._idle = watched  # before start: what a draining stop() waits on
     c.start()
     c.queue.add(Request("ns", "held"))
     assert started.wait(10), "reconcile started"

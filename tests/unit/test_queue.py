@@ -180,3 +180,47 @@ def test_a_drained_queue_gives_its_tables_back() -> None:
     finally:
         tracemalloc.stop()
     assert held < 64 << 10, f"{held} bytes still held by a drained queue of 50,000"
+
+
+class CountingCondition(threading.Condition):
+    """A Condition that counts the waits begun on it and the wake-ups returned from them."""
+
+    def __init__(self, lock: threading.RLock) -> None:
+        super().__init__(lock)
+        self.waits = 0
+        self.woken = 0
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.waits += 1  # under the queue's lock, as the wait that follows registers
+        try:
+            return super().wait(timeout)
+        finally:
+            self.woken += 1
+
+
+def test_done_wakes_no_idle_worker() -> None:
+    """The last ``done()`` of an idle controller wakes a draining stop, never its idle workers.
+
+    Catches the one condition for both: ``done()`` then woke every worker blocked in ``get()``
+    each time nothing was left processing (after every item when idle), and each took the lock
+    and the GIL to find the queue empty. No timing: a worker's wait is registered before the
+    lock is released, every wake-up returns from ``wait()`` once, and the count is read after
+    the threads have ended."""
+    q: Queue[str] = Queue()
+    ready = CountingCondition(q._lock)
+    q._ready = ready
+    q.add("a")
+    assert q.get() == ("a", False)
+    taken: list[str | None] = []
+    workers = [threading.Thread(target=lambda: taken.append(q.get()[0])) for _ in range(3)]
+    for w in workers:
+        w.start()
+    wait_for(lambda: ready.waits == 3, what="three idle workers waiting")
+    q.done("a")  # nothing is processing now
+    q.add("b")  # wakes one worker
+    wait_for(lambda: "b" in taken, what="a worker took b")
+    q.shut_down()  # wakes the other two
+    for w in workers:
+        w.join(5)
+    assert sorted(taken, key=str) == [None, None, "b"]
+    assert ready.woken == 3, f"{ready.woken} wake-ups for 3 waiting workers, one item and a stop"
