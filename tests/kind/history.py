@@ -263,16 +263,23 @@ def balanced_end(
     *,
     since: float,
     settle: float = SETTLE,
+    fits: Callable[[int, int], bool] | None = None,
 ) -> WindowEnd:
     """The end of a window from ``since``: the first reading, within ``settle`` seconds, at which
-    the exchanges so far (``calls``) and the new credentials among ``events`` balance within
-    :data:`BOUNDARY`; else the last reading, and the caller's assertion names the imbalance."""
+    the exchanges so far (``calls``) and the new credentials among ``events`` balance — within
+    :data:`BOUNDARY`, or as ``fits(exchanges, new credentials)`` says (the caller's own bound);
+    else the last reading, and the caller's assertion names the imbalance."""
     window: list[WindowEnd] = []
+
+    def within_boundary(made: int, new: int) -> bool:
+        return abs(made - new) <= BOUNDARY
+
+    balances = fits or within_boundary
 
     def balanced() -> bool:
         made, seen = calls(), events()
         window[:] = [WindowEnd(time.time(), made, seen)]
-        return abs(made - len(Credentials(seen).new_credentials(since=since))) <= BOUNDARY
+        return balances(made, len(Credentials(seen).new_credentials(since=since)))
 
     with contextlib.suppress(Timeout):
         wait_for(balanced, timeout=settle, interval=0.5, what="exchanges and credentials")

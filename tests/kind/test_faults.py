@@ -43,7 +43,7 @@ from tests.kind.cluster import PODS, Cluster
 from tests.kind.conftest import Configured
 from tests.kind.controllerlogs import ControllerLogs
 from tests.kind.env import KindEnv
-from tests.kind.history import Credentials
+from tests.kind.history import Credentials, balanced_end
 from tests.kind.watching import Recorder
 from tests.support.churn import Churn
 from tests.support.polling import wait_for
@@ -102,13 +102,24 @@ def check_credentials(
 ) -> None:
     """Over ``since`` → now: no served credential expired, none was minted again, and the STS
     exchanges match the new credentials — plus, when a container was ``killed``, at most one
-    whose call was in flight then (its Secret was never written: nothing serves it)."""
-    until = time.time()
-    history = Credentials(faults.secrets.events())
+    whose call was in flight then (its Secret was never written: nothing serves it).
+
+    "Now" is the first reading within :data:`~tests.kind.history.SETTLE` seconds at which the
+    exchanges fit that bound (:func:`~tests.kind.history.balanced_end`): a renewal whose
+    exchange is made and whose Secret is not yet written is in flight, not lost. A lost
+    credential never fits, and the assertion below names it."""
+    lost = 1 if killed else 0
+    end = balanced_end(
+        lambda: faults.sts_calls() - calls_before,
+        faults.secrets.events,
+        since=since,
+        fits=lambda made, new: new <= made <= new + lost,
+    )
+    until, calls = end.at, end.calls
+    history = Credentials(end.events)
     expired = history.expired_seconds(since=since, until=until)
     again = history.minted_again(since=since)
     new = history.new_credentials(since=since)
-    calls = faults.sts_calls() - calls_before
     figure(
         f"{what}_credentials",
         new_credentials=len(new),
@@ -119,7 +130,6 @@ def check_credentials(
     )
     assert not expired, f"served credentials expired: {expired}"
     assert not again, f"minted again before due: {again}"
-    lost = 1 if killed else 0
     assert len(new) <= calls <= len(new) + lost, (
         f"{calls} STS exchanges, {len(new)} new credentials"
     )

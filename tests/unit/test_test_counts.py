@@ -13,7 +13,14 @@ import pytest
 
 from controllers.reconcilers import api as rapi
 from controllers.runtime import clock as clocks
-from tests.kind.history import POLICY_LABEL, ROUTE_LABEL, Credentials, RouteConfigs, written
+from tests.kind.history import (
+    POLICY_LABEL,
+    ROUTE_LABEL,
+    Credentials,
+    RouteConfigs,
+    balanced_end,
+    written,
+)
 from tests.kind.watching import Seen
 from tests.support import required
 from tests.support.reconcilelog import object_overlaps, reconciles
@@ -44,6 +51,53 @@ def config(version: str, digest: str) -> dict[str, Any]:
             "annotations": {rapi.CONFIG_HASH_ANNOTATION: digest},
         }
     }
+
+
+class Readings:
+    """Exchanges and Secret versions read one after the other, as the stand-ins and the watch
+    would answer a window's successive readings: each reading of the exchanges moves on."""
+
+    def __init__(self, steps: list[tuple[int, list[Seen]]]) -> None:
+        self.steps = steps
+        self.at = 0
+
+    def calls(self) -> int:
+        self.at = min(self.at + 1, len(self.steps))
+        return self.steps[self.at - 1][0]
+
+    def events(self) -> list[Seen]:
+        return self.steps[self.at - 1][1]
+
+
+def renewed(n: int) -> list[Seen]:
+    """The derived Secret's first version, then ``n`` new credentials."""
+    return [Seen(1.0, "ADDED", derived("1", "h0"))] + [
+        Seen(2.0 + i, "MODIFIED", derived(str(2 + i), f"h{i + 1}", f"2026-01-01T00:0{i + 1}:00Z"))
+        for i in range(n)
+    ]
+
+
+def test_a_window_ends_at_its_first_balanced_reading() -> None:
+    """Break: ``balanced_end`` returning its first reading (the window ended at once: an
+    exchange in flight read as a lost credential) or waiting past a balanced one."""
+    readings = Readings([(2, renewed(0)), (2, renewed(1)), (2, renewed(2)), (3, renewed(3))])
+    end = balanced_end(readings.calls, readings.events, since=0.0, settle=5.0)
+    assert (end.calls, len(Credentials(end.events).new_credentials())) == (2, 0)  # |2 - 0| <= 2
+    strict = Readings([(2, renewed(0)), (2, renewed(1)), (2, renewed(2)), (3, renewed(3))])
+    end = balanced_end(
+        strict.calls, strict.events, since=0.0, settle=5.0, fits=lambda made, new: made == new
+    )
+    assert (end.calls, len(Credentials(end.events).new_credentials())) == (2, 2)
+
+
+def test_a_window_that_never_balances_ends_at_its_last_reading() -> None:
+    """Break: ``balanced_end`` taking a lost credential for one in flight (an end that hides
+    the imbalance from the caller's assertion)."""
+    readings = Readings([(1, renewed(0)), (2, renewed(0))])
+    end = balanced_end(
+        readings.calls, readings.events, since=0.0, settle=1.0, fits=lambda m, n: m == n
+    )
+    assert (end.calls, len(end.events)) == (2, 1), "the last reading, unbalanced"
 
 
 def test_a_relist_at_a_new_version_is_a_write_and_at_the_same_version_is_not() -> None:
