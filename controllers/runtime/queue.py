@@ -121,7 +121,7 @@ class Queue(Generic[T]):
             if item in self._dirty:
                 self._queue.append(item)
                 self._ready.notify()
-            elif not self._processing:
+            if not self._processing:
                 self._idle.notify_all()  # wakes shut_down_with_drain, never a worker
 
     def __len__(self) -> int:

@@ -11,7 +11,7 @@ left processing) cost each of them a wake-up, the lock and the GIL, to find noth
 before and after that change are in its commit message. This drives
 :class:`controllers.runtime.queue.Queue` the same way: ``--workers`` threads take keys and call
 ``done()``; one key is added once the one before it is done; it prints the process's CPU and the
-wall time per key, and the wake-ups per key that found no work.
+wall time per key, and the workers' wake-ups per key (1.00 at best: the one that takes it).
 """
 
 from __future__ import annotations

@@ -154,6 +154,24 @@ def test_shutdown_drains_in_flight_items_and_refuses_new_ones() -> None:
     assert q.get() == (None, True), "c was refused after shutdown"
 
 
+def test_drain_returns_once_nothing_is_processing_though_a_re_added_item_is_queued() -> None:
+    """A draining stop waits for what is in flight, not for what is queued (a stopping
+    controller drops that: level-triggered). Break: ``done()`` waking only the workers when it
+    queues an item re-added while it was processed (the drain then waited for a worker)."""
+    q: Queue[str] = Queue()
+    q.add("a")
+    assert q.get() == ("a", False)
+    q.add("a")  # re-added while processing
+    drained: list[bool] = []
+    stopper = threading.Thread(target=lambda: drained.append(q.shut_down_with_drain(30)))
+    stopper.start()
+    wait_for(lambda: q.shutting_down, what="shutdown started")
+    q.done("a")
+    stopper.join(10)
+    assert drained == [True], "the drain returned once nothing was processing"
+    assert q.get() == ("a", False), "the re-added item is still handed out"
+
+
 def test_drain_times_out_when_an_item_never_finishes() -> None:
     q: Queue[str] = Queue()
     q.add("stuck")
