@@ -277,7 +277,11 @@ def balanced_end(
     balances = fits or within_boundary
 
     def balanced() -> bool:
-        made, seen = calls(), events()
+        # the Secrets before the exchanges: an exchange made between the two reads is counted
+        # without its credential (the window ends later), never a credential without its
+        # exchange, which could offset a lost one
+        seen = events()
+        made = calls()
         window[:] = [WindowEnd(time.time(), made, seen)]
         return balances(made, len(Credentials(seen).new_credentials(since=since)))
 
@@ -285,3 +289,51 @@ def balanced_end(
         wait_for(balanced, timeout=settle, interval=0.5, what="exchanges and credentials")
     assert window, "the stand-ins' calls could be read"
     return window[-1]
+
+
+QUIET = 1.0
+"""Seconds without an STS exchange or a new Secret version that :func:`quiet_start` waits for."""
+
+
+@dataclass(frozen=True)
+class WindowStart:
+    """Where a window that counts STS exchanges against new credentials starts."""
+
+    at: float
+    """Wall-clock seconds: the window's ``since``."""
+    calls: int
+    """The STS exchanges made before it (to subtract from a later count)."""
+
+
+def quiet_start(
+    calls: Callable[[], int],
+    events: Callable[[], list[Seen]],
+    *,
+    quiet: float = QUIET,
+    settle: float = SETTLE,
+) -> WindowStart:
+    """The start of a window at a moment with no renewal in flight: the first reading, within
+    ``settle`` seconds, followed by ``quiet`` seconds with no exchange and no Secret version;
+    else the last reading. A window started at once could begin between a renewal's exchange
+    and its Secret write: a credential without its exchange, one ahead (which a strict count
+    fails on, or which offsets a lost credential)."""
+    readings: list[WindowStart] = []
+    versions: list[int] = []
+
+    def quiet_since_last() -> bool:
+        # the exchanges before the Secrets: an exchange made between the two reads falls inside
+        # the window, and so does its credential
+        at, made = time.time(), calls()
+        seen = len(events())
+        readings.append(WindowStart(at, made))
+        versions.append(seen)
+        if len(readings) < 2:
+            return False
+        return (readings[-2].calls, versions[-2]) == (made, seen)
+
+    try:
+        wait_for(quiet_since_last, timeout=settle, interval=quiet, what="a quiet second")
+    except Timeout:
+        assert readings, "the stand-ins' calls could be read"
+        return readings[-1]
+    return readings[-2]

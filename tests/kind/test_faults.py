@@ -43,7 +43,7 @@ from tests.kind.cluster import PODS, Cluster
 from tests.kind.conftest import Configured
 from tests.kind.controllerlogs import ControllerLogs
 from tests.kind.env import KindEnv
-from tests.kind.history import Credentials, balanced_end
+from tests.kind.history import Credentials, balanced_end, quiet_start
 from tests.kind.watching import Recorder
 from tests.support.churn import Churn
 from tests.support.polling import wait_for
@@ -72,6 +72,12 @@ class Faults:
 
     def sts_calls(self) -> int:
         return sts_calls(self.configured.standins.calls())
+
+    def window_start(self) -> tuple[float, int]:
+        """``since`` and the STS exchanges before it, at a moment with no renewal in flight
+        (:func:`~tests.kind.history.quiet_start`)."""
+        start = quiet_start(self.sts_calls, self.secrets.events)
+        return start.at, start.calls
 
 
 @pytest.fixture(scope="module")
@@ -202,7 +208,7 @@ def test_deleting_the_leader_pod_hands_over_within_lease_plus_retry_and_work_nev
 ) -> None:
     leader = settled_leader(cluster, installation, controller_logs)
     held = install.holder(cluster)
-    since, calls_before = time.time(), faults.sts_calls()
+    since, calls_before = faults.window_start()
     with Churn(cluster.api, [(faults.namespace, "busy")]):
         wait_for(lambda: working_since(controller_logs, leader, since), what="the leader works")
         cluster.kubectl("-n", install.NAMESPACE, "delete", "pod", leader, "--wait=false")
@@ -303,7 +309,7 @@ def test_sigterm_from_the_kubelet_drains_in_flight_reconciles_releases_the_lease
 ) -> None:
     leader = settled_leader(cluster, installation, controller_logs)
     held = install.holder(cluster)
-    since, calls_before = time.time(), faults.sts_calls()
+    since, calls_before = faults.window_start()
     with (
         Recorder(
             cluster.api, PODS, namespace=install.NAMESPACE, label_selector=install.SELECTOR
@@ -400,7 +406,7 @@ def test_a_container_killed_by_the_runtime_restarts_and_mints_nothing_again(
     leader = settled_leader(cluster, installation, controller_logs)
     restarts = int(container_status(cluster, leader)["restartCount"])
     held = install.holder(cluster)
-    since, calls_before = time.time(), faults.sts_calls()
+    since, calls_before = faults.window_start()
     container = cluster.container_id(install.NAMESPACE, leader, install.CONTAINER)
     cluster.crictl("stop", "--timeout", "0", container)  # SIGKILL, no grace
     killed = time.time()
@@ -474,7 +480,7 @@ def test_an_oom_killed_container_restarts_and_the_serving_replicas_lose_nothing(
 ) -> None:
     serving = {p["metadata"]["name"] for p in installation.wait_rolled_out()}
     restarts = {p: int(container_status(cluster, p)["restartCount"]) for p in serving}
-    since, calls_before = time.time(), faults.sts_calls()
+    since, calls_before = faults.window_start()
     tiny = install.render(cluster, install.OVERLAYS / "oom", kind_env.image)
     cluster.apply(tiny)
     applied, applied_wall = time.monotonic(), time.time()

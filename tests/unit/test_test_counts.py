@@ -19,6 +19,7 @@ from tests.kind.history import (
     Credentials,
     RouteConfigs,
     balanced_end,
+    quiet_start,
     written,
 )
 from tests.kind.watching import Seen
@@ -54,19 +55,27 @@ def config(version: str, digest: str) -> dict[str, Any]:
 
 
 class Readings:
-    """Exchanges and Secret versions read one after the other, as the stand-ins and the watch
-    would answer a window's successive readings: each reading of the exchanges moves on."""
+    """Exchanges and Secret versions as the stand-ins and the watch would answer a window's
+    successive readings, each of which reads both once (in either order); the last step
+    repeats."""
 
     def __init__(self, steps: list[tuple[int, list[Seen]]]) -> None:
         self.steps = steps
-        self.at = 0
+        self._calls = 0
+        self._events = 0
+
+    @property
+    def at(self) -> int:
+        """Readings taken so far."""
+        return max(self._calls, self._events)
 
     def calls(self) -> int:
-        self.at = min(self.at + 1, len(self.steps))
-        return self.steps[self.at - 1][0]
+        self._calls = min(self._calls + 1, len(self.steps))
+        return self.steps[self._calls - 1][0]
 
     def events(self) -> list[Seen]:
-        return self.steps[self.at - 1][1]
+        self._events = min(self._events + 1, len(self.steps))
+        return self.steps[self._events - 1][1]
 
 
 def renewed(n: int) -> list[Seen]:
@@ -98,6 +107,23 @@ def test_a_window_that_never_balances_ends_at_its_last_reading() -> None:
         readings.calls, readings.events, since=0.0, settle=1.0, fits=lambda m, n: m == n
     )
     assert (end.calls, len(end.events)) == (2, 1), "the last reading, unbalanced"
+
+
+def test_a_window_starts_at_a_reading_followed_by_a_quiet_second() -> None:
+    """Break: ``quiet_start`` starting at once (a renewal's exchange counted before the window,
+    its credential inside it), or looking at the exchanges only (a Secret written after its
+    exchange was counted: the first two readings have the same exchanges)."""
+    readings = Readings([(2, renewed(0)), (2, renewed(1)), (2, renewed(1)), (3, renewed(2))])
+    start = quiet_start(readings.calls, readings.events, quiet=0.01, settle=5.0)
+    assert start.calls == 2
+    assert readings.at == 3, "the window starts at the second reading, quiet until the third"
+
+
+def test_a_window_never_quiet_starts_at_its_last_reading() -> None:
+    """Break: a start taken from a reading that a renewal followed (the first)."""
+    readings = Readings([(n, renewed(n)) for n in range(1, 400)])
+    start = quiet_start(readings.calls, readings.events, quiet=0.01, settle=0.5)
+    assert start.calls == readings.steps[readings.at - 1][0] > 1
 
 
 def test_a_relist_at_a_new_version_is_a_write_and_at_the_same_version_is_not() -> None:
