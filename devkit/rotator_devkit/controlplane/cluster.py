@@ -64,6 +64,9 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+AUDIT_LOG_MAX_MB = 1 << 20
+"""The audit log's size before the API server rotates it, in MB (a TiB: never, in a run)."""
+
 UNOWNED_GRACE = 300.0
 """Seconds a folder without a readable ``owner.pid`` is left alone: another process may have
 just made it and not yet written the file (two pytest workers start their control planes at
@@ -216,6 +219,10 @@ class LocalControlPlane:
             f"--audit-log-path={self.audit_log}",
             "--audit-log-format=json",
             "--audit-log-mode=blocking",
+            # never rotated: readers hold byte offsets into it (tests/support/audit.py), and the
+            # API server's writer rotates at 100 MB by default (0 means that default), which
+            # the scale benchmark's 5,000 propagation samples crossed
+            f"--audit-log-maxsize={AUDIT_LOG_MAX_MB}",
         ]
 
     # --- components --------------------------------------------------------------------------
