@@ -22,27 +22,13 @@ import time
 
 from controllers.runtime.queue import Queue
 from tests.bench.figures import machine, row
-
-
-class Counted(threading.Condition):
-    """The queue's worker condition, counting the wake-ups that return from ``wait()``."""
-
-    def __init__(self, lock: threading.RLock) -> None:
-        super().__init__(lock)
-        self.woken = 0
-
-    def wait(self, timeout: float | None = None) -> bool:
-        try:
-            return super().wait(timeout)
-        finally:
-            self.woken += 1  # under the lock again
+from tests.support.conditions import count_worker_wakeups
 
 
 def run(items: int, workers: int) -> tuple[float, float, int]:
     """CPU seconds, wall seconds and wake-ups for ``items`` keys taken one at a time."""
     queue: Queue[int] = Queue()
-    ready = Counted(queue._lock)
-    queue._ready = ready
+    ready = count_worker_wakeups(queue)
     finished = threading.Semaphore(0)
 
     def work() -> None:

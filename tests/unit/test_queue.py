@@ -13,6 +13,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from controllers.runtime.metrics import Metrics, PrometheusQueueMetrics
 from controllers.runtime.queue import Queue
+from tests.support.conditions import count_worker_wakeups
 from tests.support.polling import wait_for
 
 keys = st.sampled_from([f"ns/obj-{i}" for i in range(6)])
@@ -200,22 +201,6 @@ def test_a_drained_queue_gives_its_tables_back() -> None:
     assert held < 64 << 10, f"{held} bytes still held by a drained queue of 50,000"
 
 
-class CountingCondition(threading.Condition):
-    """A Condition that counts the waits begun on it and the wake-ups returned from them."""
-
-    def __init__(self, lock: threading.RLock) -> None:
-        super().__init__(lock)
-        self.waits = 0
-        self.woken = 0
-
-    def wait(self, timeout: float | None = None) -> bool:
-        self.waits += 1  # under the queue's lock, as the wait that follows registers
-        try:
-            return super().wait(timeout)
-        finally:
-            self.woken += 1
-
-
 def test_done_wakes_no_idle_worker() -> None:
     """The last ``done()`` of an idle controller wakes a draining stop, never its idle workers.
 
@@ -225,8 +210,7 @@ def test_done_wakes_no_idle_worker() -> None:
     lock is released, every wake-up returns from ``wait()`` once, and the count is read after
     the threads have ended."""
     q: Queue[str] = Queue()
-    ready = CountingCondition(q._lock)
-    q._ready = ready
+    ready = count_worker_wakeups(q)
     q.add("a")
     assert q.get() == ("a", False)
     taken: list[str | None] = []
