@@ -3,31 +3,28 @@ reconcile log lines (the controller runs with ``--log-level debug``)."""
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 
+from tests.support import reconcilelog
 from tests.support.chain import AWSChain
 from tests.support.controller import ControllerProcess
 from tests.support.polling import wait_for
 
 
-def reconciles(log: str, namespace: str) -> Counter[tuple[str, str]]:
-    """Reconciles started in ``namespace``, by controller and object name (a failure then says
-    which object ran once too often)."""
-    counts: Counter[tuple[str, str]] = Counter()
-    for line in log.splitlines():
-        if '"reconcile.started"' not in line:
-            continue
-        entry = json.loads(line)
-        if entry.get("namespace") == namespace:
-            counts[entry["controller"], entry.get("name", "")] += 1
-    return counts
+def reconciles(log: str, namespace: str) -> Counter[str]:
+    """Reconciles started in ``namespace``, by ``controller:name`` (a failure then says which
+    object ran once too often), from :func:`tests.support.reconcilelog.reconciles`."""
+    return Counter(
+        r.key  # started ones: when they ended (ended_at) is not counted
+        for r in reconcilelog.reconciles(log, ended_at=0.0)
+        if r.namespace == namespace
+    )
 
 
-def by_controller(counts: Counter[tuple[str, str]]) -> Counter[str]:
+def by_controller(counts: Counter[str]) -> Counter[str]:
     out: Counter[str] = Counter()
-    for (controller, _), n in counts.items():
-        out[controller] += n
+    for key, n in counts.items():
+        out[key.partition(":")[0]] += n
     return out
 
 
