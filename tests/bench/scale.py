@@ -159,11 +159,13 @@ def main() -> None:
         print(f"restart done in {restart_seconds:.1f} s", flush=True)
 
         mark = log.mark()
-        queued_before = queue_seconds(controller)
+        queued_before = chain_seconds(controller)
+        propagation_cpu = scale.cpu_seconds(pid)
         samples = propagation(api, fleet, routes, args.updates, args.timeout)
+        propagation_cpu = scale.cpu_seconds(pid) - propagation_cpu
         queued = {
-            name: (seconds - queued_before[name][0], count - queued_before[name][1])
-            for name, (seconds, count) in queue_seconds(controller).items()
+            key: (seconds - queued_before[key][0], count - queued_before[key][1])
+            for key, (seconds, count) in chain_seconds(controller).items()
         }
         controller.stop()
         propagation_requests = log.since(mark)
@@ -284,6 +286,11 @@ def main() -> None:
                 f"p50 {percentile(values, 50) * 1000:.0f} ms, "
                 f"p99 {percentile(values, 99) * 1000:.0f} ms, max {max(values) * 1000:.0f} ms",
             )
+    if latencies:
+        row(
+            "  controller CPU per update (every write and event of it)",
+            f"{propagation_cpu * 1000 / len(latencies):.1f} ms",
+        )
     if latencies and floor_latencies:
         row(
             "  ratio p99 controller / p99 floor",
@@ -323,14 +330,24 @@ def where_time_goes(what: str, profile: profiling.Profile | None) -> None:
         print(f"    {line}")
 
 
-def queue_seconds(controller: ControllerProcess) -> dict[str, tuple[float, float]]:
-    """Per chain controller: seconds its keys waited in its queue, and how many waited."""
+CHAIN_TIMES = {
+    "queue wait": "workqueue_queue_duration_seconds",
+    "reconcile": "controller_runtime_reconcile_time_seconds",
+}
+"""What :func:`chain_seconds` reads of each chain controller: the histograms of the time its
+keys wait in its queue and of its reconciles (their sums and counts)."""
+
+
+def chain_seconds(controller: ControllerProcess) -> dict[tuple[str, str], tuple[float, float]]:
+    """Per chain controller and :data:`CHAIN_TIMES` stage: the seconds spent, and how many
+    keys spent them."""
     return {
-        name: (
-            controller.total("workqueue_queue_duration_seconds_sum", controller=name),
-            controller.total("workqueue_queue_duration_seconds_count", controller=name),
+        (name, stage): (
+            controller.total(f"{metric}_sum", controller=name),
+            controller.total(f"{metric}_count", controller=name),
         )
         for name in scale.CHAIN_CONTROLLERS
+        for stage, metric in CHAIN_TIMES.items()
     }
 
 
@@ -390,7 +407,7 @@ def breakdown(
     floor_samples: Sequence[floors.Sample],
     relay: floors.Relay,
     requests: Sequence[audit.Request],
-    queued: Mapping[str, tuple[float, float]],
+    queued: Mapping[tuple[str, str], tuple[float, float]],
 ) -> None:
     """Where the propagation's time goes: the stages of the p99 sample and the median of each
     stage, for the controller (from the audit log) and for the floor (from the relay)."""
@@ -402,9 +419,9 @@ def breakdown(
         floors.CONTROLLER_STAGES,
         found,
     )
-    for name, (seconds, count) in queued.items():
+    for (name, stage), (seconds, count) in queued.items():
         row(
-            f"  {name} queue wait, mean over the updates",
+            f"  {name} {stage}, mean over the updates",
             f"{seconds / count * 1000:.1f} ms ({count:.0f} keys)" if count else "-",
         )
     hops = {
