@@ -15,6 +15,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from google.auth.exceptions import RefreshError
+from google.auth.transport.requests import Request as GoogleRequest
+from google.oauth2 import service_account
 
 from rotator_devkit.devenv.standins.azure_identity import (
     APP_SERVICE_PATH,
@@ -171,3 +174,36 @@ def test_metadata_server_needs_the_flavor_header(
     )
     assert status == 200
     assert google.was_issued(answer["accessToken"]) == "impersonated"
+
+
+def _service_account_token(key: dict[str, Any]) -> str:
+    """An access token for ``key`` (a key file), asked the way rotator asks: google-auth's
+    service-account credentials, which sign the JWT-bearer assertion and name the key (kid)."""
+    credentials = service_account.Credentials.from_service_account_info(
+        key, scopes=["https://www.googleapis.com/auth/cloud-platform"]
+    )
+    credentials.refresh(GoogleRequest())
+    return str(credentials.token)
+
+
+def test_every_key_of_a_service_account_stays_valid_and_each_is_named_by_its_id(
+    google: GCPStandIn,
+) -> None:
+    """A second key made for an account (a registration retried) must not invalidate the first
+    one a Secret already holds; IAM verifies an assertion with the key its header names."""
+    email = "keys@test-project.iam.gserviceaccount.com"
+    first, second = google.service_account_key(email), google.service_account_key(email)
+    assert first["private_key_id"] != second["private_key_id"]
+    for key in (first, second, first):
+        assert google.was_issued(_service_account_token(key)) == "service-account"
+
+    # a valid key of the account, presented under an id the account has no key of
+    assert google.count("oauth") == 3
+    with pytest.raises(RefreshError, match="unknown key id"):
+        _service_account_token({**first, "private_key_id": "0" * 40})
+    # the id of one of the account's keys, signed with another account's key
+    other = google.service_account_key("other@test-project.iam.gserviceaccount.com")
+    forged = {**other, "client_email": email, "private_key_id": first["private_key_id"]}
+    with pytest.raises(RefreshError, match="InvalidSignatureError"):
+        _service_account_token(forged)
+    assert google.count("oauth") == 3

@@ -7,7 +7,10 @@ protocols (there is no emulator):
 * IAM credentials ``POST /v1/projects/-/serviceAccounts/{email}:generateAccessToken`` — JSON,
   a bearer token STS issued, an ``expireTime`` without fractional seconds;
 * OAuth ``POST /token`` — the JWT-bearer grant of a service-account key, the assertion verified
-  with the key's public half, ``aud`` the token URI.
+  with the public half of the account's key its header names (``kid``, the key file's
+  ``private_key_id``), ``aud`` the token URI. An account may have several keys, each valid
+  until it is deleted, as in IAM: a second key made for an account (a retried
+  registration) does not invalidate the first.
 
 Its :attr:`issued` holds the tokens it minted, the subject tokens and assertions presented to it
 and the private keys it made (each full line of the PEM body), for leak scans.
@@ -45,7 +48,7 @@ class GCPStandIn(Stub):
         self.trust = Trust()
         self.providers: dict[str, set[str]] = {}  # provider audience → accepted subject audiences
         self.service_accounts: set[str] = set()  # impersonable emails
-        self.keys: dict[str, Any] = {}  # client_email → public key
+        self.keys: dict[str, dict[str, Any]] = {}  # client_email → key id → public key
         self.tokens: dict[str, tuple[str, float]] = {}  # token → (kind, when it ends)
         self.may_impersonate = {"federated", "metadata"}
         """Kinds of token ``generateAccessToken`` accepts as its bearer: federated ones, and
@@ -64,15 +67,17 @@ class GCPStandIn(Stub):
         self.providers[audience] = subject_audiences
 
     def service_account_key(self, email: str, project: str = "test-project") -> dict[str, Any]:
-        """A new service-account key file whose public half this stand-in trusts."""
+        """A new service-account key file whose public half this stand-in trusts, beside the
+        account's earlier keys."""
         key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-        self.keys[email] = key.public_key()
+        key_id = secrets.token_hex(20)  # IAM's key ids are 40 hex digits
+        self.keys.setdefault(email, {})[key_id] = key.public_key()
         pem = key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption()).decode()
         self.remember(*(line for line in pem.splitlines() if len(line) == 64))
         return {
             "type": "service_account",
             "project_id": project,
-            "private_key_id": secrets.token_hex(8),
+            "private_key_id": key_id,
             "private_key": pem,
             "client_email": email,
             "client_id": "1234567890",
@@ -154,11 +159,15 @@ class GCPStandIn(Stub):
         self.remember(assertion)
         try:
             email = jwt.decode(assertion, options={"verify_signature": False}).get("iss", "")
+            key_id = jwt.get_unverified_header(assertion).get("kid")
         except jwt.PyJWTError:
             return self._error(handler, 400, "invalid_grant", "oauth")
-        key = self.keys.get(email)
-        if key is None:
+        keys = self.keys.get(email)
+        if keys is None:
             return self._error(handler, 400, "invalid_grant", "oauth", "unknown service account")
+        key = keys.get(key_id) if isinstance(key_id, str) else None
+        if key is None:  # Google names the key by its id; any other key is not the account's
+            return self._error(handler, 400, "invalid_grant", "oauth", "unknown key id")
         try:
             # Google documents the assertion's audience as its token endpoint, whatever the
             # token_uri it is posted to (google-auth sends exactly that).
