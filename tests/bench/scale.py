@@ -291,6 +291,11 @@ def main() -> None:
             "  controller CPU per update (every write and event of it)",
             f"{propagation_cpu * 1000 / len(latencies):.1f} ms",
         )
+        update_writes = writes(propagation_requests)
+        row("  writes per update, all", per(len(update_writes), len(latencies)))
+        for kind, count in Counter(kind_of(r) for r in update_writes).most_common():
+            row(f"    {kind}", per(count, len(latencies)))
+        row("  Secret GETs per update", per(secret_gets(propagation_requests), len(latencies)))
     if latencies and floor_latencies:
         row(
             "  ratio p99 controller / p99 floor",
