@@ -104,13 +104,14 @@ clean:
 ## bench: propagation latency, steady-state API requests, rotation lateness, memory against
 ## unrelated Secrets, and the controller at scale (10,000 chains and 50,000 unrelated Secrets:
 ## cold start, writes per chain, RSS, restart CPU; about half an hour on 2 cores), and what each
-## kind of write costs the API server, and what one key costs an idle controller's work queue
-## (prints figures, asserts nothing)
+## kind of write costs the API server, what one key costs an idle controller's work queue, and
+## what one API request costs the controller's CPU (prints figures, asserts nothing)
 bench: venv
 	@assets=$$(hack/testenv.sh | tail -n 1) && export KUBEBUILDER_ASSETS="$$assets" && \
 		$(BIN)/python -m tests.bench.propagation && $(BIN)/python -m tests.bench.rotation && \
 		$(BIN)/python -m tests.bench.memory && $(BIN)/python -m tests.bench.scale && \
-		$(BIN)/python -m tests.bench.writecost && $(BIN)/python -m tests.bench.queuewake
+		$(BIN)/python -m tests.bench.writecost && $(BIN)/python -m tests.bench.queuewake && \
+		$(BIN)/python -m tests.bench.requestcost
 
 ## bench-shards: issue 34's benchmark, apart from `make bench` for its length: 1 replica against 3
 ## replicas with 6 shards, with the API server's ShardedListAndWatch gate off and on, each on a
