@@ -22,7 +22,7 @@ from tests.support import backoff
 from tests.support.chain import AWSChain
 from tests.support.controller import ControllerProcess
 from tests.support.history import SecretHistory
-from tests.support.polling import wait_for
+from tests.support.polling import Timeout, wait_for
 
 CLIENT_SECRET = "oidc-client-secret-do-not-log-4242"
 LONGEST_RETRY = backoff.CAP * (1 + backoff.JITTER)
@@ -409,22 +409,39 @@ def test_iam_access_key_rotation_keeps_two_keys_at_most_and_cleans_up(
     most, invalid, checked = 0, [], set()
     crashed: list[BaseException] = []
     stop = threading.Event()
+    # what the watcher is doing and since when, for the message of a wait that times out: a CI
+    # run once waited 30 s for the watcher's first look, with no exception from it
+    doing = [("starting", time.monotonic())]
+
+    def step(what: str) -> None:
+        doing[0] = (what, time.monotonic())
 
     def watch() -> None:
         nonlocal most
         try:
             while not stop.wait(0.2):
+                step("listing the user's keys (moto)")
                 most = max(most, len(listed()))
+                step("reading the derived Secret")
                 keys = chain.aws_keys("iam")
                 if keys is not None:
+                    step(f"asking the STS stand-in whose key {keys.access_key_id} is")
                     if caller(sts, keys) != arn:
                         invalid.append(keys.access_key_id)
                     checked.add(keys.access_key_id)
+                step("waiting for its next look")
         except BaseException as exc:  # kept for the test's thread, which raises it
             crashed.append(exc)
 
     def watcher_tried(key: str, what: str) -> None:
-        wait_for(lambda: crashed or key in checked, what=f"the watcher tried {what}")
+        try:
+            wait_for(lambda: crashed or key in checked, what=f"the watcher tried {what}")
+        except Timeout as exc:
+            doing_now, since = doing[0]
+            raise AssertionError(
+                f"{exc}: the watcher has been {doing_now} for {time.monotonic() - since:.1f} s; "
+                f"it tried {sorted(checked)}"
+            ) from exc
         if crashed:
             raise AssertionError("the watcher failed") from crashed[0]
 
