@@ -190,20 +190,33 @@ def test_every_key_of_a_service_account_stays_valid_and_each_is_named_by_its_id(
     google: GCPStandIn,
 ) -> None:
     """A second key made for an account (a registration retried) must not invalidate the first
-    one a Secret already holds; IAM verifies an assertion with the key its header names."""
+    one a Secret already holds. An assertion is verified with the key its header names, or,
+    naming none, with any of the account's keys; never with another account's."""
     email = "keys@test-project.iam.gserviceaccount.com"
     first, second = google.service_account_key(email), google.service_account_key(email)
     assert first["private_key_id"] != second["private_key_id"]
     for key in (first, second, first):
         assert google.was_issued(_service_account_token(key)) == "service-account"
 
+    # without a key id (Google's documented header has none), any of the account's keys
+    for key in (first, second):
+        unnamed = {k: v for k, v in key.items() if k != "private_key_id"}
+        assert google.was_issued(_service_account_token(unnamed)) == "service-account"
+    assert google.count("oauth") == 5
+
     # a valid key of the account, presented under an id the account has no key of
-    assert google.count("oauth") == 3
     with pytest.raises(RefreshError, match="unknown key id"):
         _service_account_token({**first, "private_key_id": "0" * 40})
-    # the id of one of the account's keys, signed with another account's key
     other = google.service_account_key("other@test-project.iam.gserviceaccount.com")
+    # another account's key under its own id, claiming to be this account
+    with pytest.raises(RefreshError, match="unknown key id"):
+        _service_account_token({**other, "client_email": email})
+    # ... under the id of one of this account's keys
     forged = {**other, "client_email": email, "private_key_id": first["private_key_id"]}
     with pytest.raises(RefreshError, match="InvalidSignatureError"):
         _service_account_token(forged)
-    assert google.count("oauth") == 3
+    # ... with no id at all
+    unnamed = {k: v for k, v in other.items() if k != "private_key_id"}
+    with pytest.raises(RefreshError, match="InvalidSignatureError"):
+        _service_account_token({**unnamed, "client_email": email})
+    assert google.count("oauth") == 5

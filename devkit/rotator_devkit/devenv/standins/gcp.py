@@ -7,10 +7,12 @@ protocols (there is no emulator):
 * IAM credentials ``POST /v1/projects/-/serviceAccounts/{email}:generateAccessToken`` — JSON,
   a bearer token STS issued, an ``expireTime`` without fractional seconds;
 * OAuth ``POST /token`` — the JWT-bearer grant of a service-account key, the assertion verified
-  with the public half of the account's key its header names (``kid``, the key file's
-  ``private_key_id``), ``aud`` the token URI. An account may have several keys, each valid
-  until it is deleted, as in IAM: a second key made for an account (a retried
-  registration) does not invalidate the first.
+  with the public half of one of the account's keys, ``aud`` the token URI. An account may have
+  several keys, each valid until it is deleted, as in IAM: a second key made for an account (a
+  retried registration) does not invalidate the first. An assertion whose header names a key
+  (``kid``: google-auth sends the key file's ``private_key_id``) is verified with that key
+  only, and refused when the account has no key of that id; one without a ``kid`` (Google's
+  documented header has none) with any of the account's keys.
 
 Its :attr:`issued` holds the tokens it minted, the subject tokens and assertions presented to it
 and the private keys it made (each full line of the PEM body), for leak scans.
@@ -165,21 +167,33 @@ class GCPStandIn(Stub):
         keys = self.keys.get(email)
         if keys is None:
             return self._error(handler, 400, "invalid_grant", "oauth", "unknown service account")
-        key = keys.get(key_id) if isinstance(key_id, str) else None
-        if key is None:  # Google names the key by its id; any other key is not the account's
+        if key_id is None:
+            candidates = list(keys.values())
+        elif isinstance(key_id, str) and key_id in keys:
+            candidates = [keys[key_id]]
+        else:  # a key id the account has none of: another account's key, or a deleted one
             return self._error(handler, 400, "invalid_grant", "oauth", "unknown key id")
-        try:
-            # Google documents the assertion's audience as its token endpoint, whatever the
-            # token_uri it is posted to (google-auth sends exactly that).
-            jwt.decode(
-                assertion,
-                key=key,
-                algorithms=["RS256"],
-                audience=[GOOGLE_TOKEN_ENDPOINT, self.token_uri],
-                issuer=email,
-            )
-        except jwt.PyJWTError as exc:
-            return self._error(handler, 400, "invalid_grant", "oauth", type(exc).__name__)
+        refused: jwt.PyJWTError | None = None
+        for key in candidates:
+            try:
+                # Google documents the assertion's audience as its token endpoint, whatever the
+                # token_uri it is posted to (google-auth sends exactly that).
+                jwt.decode(
+                    assertion,
+                    key=key,
+                    algorithms=["RS256"],
+                    audience=[GOOGLE_TOKEN_ENDPOINT, self.token_uri],
+                    issuer=email,
+                )
+                break
+            except jwt.PyJWTError as exc:
+                # a claim refused by the key that signed it says more than another key's
+                # signature mismatch
+                if refused is None or isinstance(refused, jwt.InvalidSignatureError):
+                    refused = exc
+        else:
+            reason = type(refused).__name__ if refused is not None else "no key"
+            return self._error(handler, 400, "invalid_grant", "oauth", reason)
         self.counted("oauth")
         lifetime = self.lifetime
         self._json(
