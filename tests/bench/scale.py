@@ -88,6 +88,13 @@ def per(count: float, chains: int) -> str:
     return f"{count / chains:.2f}" if chains else "-"
 
 
+def writes_by_kind(label: str, written: Sequence[audit.Request], each: int, indent: str) -> None:
+    """Rows: ``written`` per one of ``each`` (chains, updates), all, then by kind."""
+    row(f"{label}, all", per(len(written), each))
+    for kind, count in Counter(kind_of(r) for r in written).most_common():
+        row(f"{indent}{kind}", per(count, each))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--chains", type=int, default=10000)
@@ -160,9 +167,9 @@ def main() -> None:
 
         mark = log.mark()
         queued_before = chain_seconds(controller)
-        propagation_cpu = scale.cpu_seconds(pid)
+        cpu_before = scale.cpu_seconds(pid)
         samples = propagation(api, fleet, routes, args.updates, args.timeout)
-        propagation_cpu = scale.cpu_seconds(pid) - propagation_cpu
+        propagation_cpu = scale.cpu_seconds(pid) - cpu_before
         queued = {
             key: (seconds - queued_before[key][0], count - queued_before[key][1])
             for key, (seconds, count) in chain_seconds(controller).items()
@@ -235,9 +242,7 @@ def main() -> None:
         "ratio controller / raw server-side apply",
         f"{controller_rate / applied.rate:.2f}" if applied.rate else "-",
     )
-    row("writes per chain (cold start), all", per(len(cold_writes), args.chains))
-    for kind, count in Counter(kind_of(r) for r in cold_writes).most_common():
-        row(f"  {kind}", per(count, args.chains))
+    writes_by_kind("writes per chain (cold start)", cold_writes, args.chains, "  ")
     row("  Events not written (rotator_events_dropped_total)", per(dropped_events, args.chains))
     row("Secret GETs per chain: cold start", per(secret_gets(cold_requests), args.chains))
     row("Secret GETs per chain: restart", per(secret_gets(restart_requests), args.chains))
@@ -291,10 +296,7 @@ def main() -> None:
             "  controller CPU per update (every write and event of it)",
             f"{propagation_cpu * 1000 / len(latencies):.1f} ms",
         )
-        update_writes = writes(propagation_requests)
-        row("  writes per update, all", per(len(update_writes), len(latencies)))
-        for kind, count in Counter(kind_of(r) for r in update_writes).most_common():
-            row(f"    {kind}", per(count, len(latencies)))
+        writes_by_kind("  writes per update", writes(propagation_requests), len(latencies), "    ")
         row("  Secret GETs per update", per(secret_gets(propagation_requests), len(latencies)))
     if latencies and floor_latencies:
         row(

@@ -437,13 +437,12 @@ def test_iam_access_key_rotation_keeps_two_keys_at_most_and_cleans_up(
         try:
             wait_for(lambda: crashed or key in checked, what=f"the watcher tried {what}")
         except Timeout as exc:
-            if crashed:  # it failed after the last look: that is the cause
-                raise AssertionError("the watcher failed") from crashed[0]
-            doing_now, since = doing[0]
-            raise AssertionError(
-                f"{exc}: the watcher has been {doing_now} for {time.monotonic() - since:.1f} s; "
-                f"it tried {sorted(checked)}"
-            ) from exc
+            if not crashed:  # one that failed after the last look is reported as that below
+                doing_now, since = doing[0]
+                raise AssertionError(
+                    f"{exc}: the watcher has been {doing_now} for "
+                    f"{time.monotonic() - since:.1f} s; it tried {sorted(checked)}"
+                ) from exc
         if crashed:
             raise AssertionError("the watcher failed") from crashed[0]
 
