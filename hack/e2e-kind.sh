@@ -61,6 +61,7 @@ if [[ ! $stop_seconds =~ ^[0-9]+$ ]]; then
   echo "e2e-kind: E2E_KIND_STOP_SECONDS is not a whole number of seconds: $stop_seconds" >&2
   exit 2
 fi
+KILL_WAIT_SECONDS=10  # how long KILLed image builds may take to end
 group_lives() { # <pgid>: a live process (not a zombie) of that group is in this run's session
   # Zombies do not count: one reparented to a PID 1 that does not reap stays one for ever. The
   # session: once the images' group is empty its number may be another's (a pid used again by
@@ -78,14 +79,17 @@ kill_group() { # <pgid>: TERM (and CONT) to every process of the group, if it li
 }
 wait_group() { # <pgid>: polls (none is a child of this shell) until the group is gone; KILLs late
   local deadline=$((SECONDS + stop_seconds))
-  while group_lives "$1"; do
-    if (( SECONDS >= deadline )); then
-      echo "e2e-kind: the image builds still ran $stop_seconds s after TERM: KILL" >&2
-      kill -KILL -- "-$1" 2>/dev/null || true
-      return 0
-    fi
-    sleep 0.2
-  done
+  while group_lives "$1" && (( SECONDS < deadline )); do sleep 0.2; done
+  group_lives "$1" || return 0
+  echo "e2e-kind: the image builds still ran $stop_seconds s after TERM: KILL" >&2
+  kill -KILL -- "-$1" 2>/dev/null || true
+  # and until they are gone: a KILLed process ends only once it next runs (a busy machine, an
+  # uninterruptible read); a run that returned at once ended with a KILLed step still there
+  deadline=$((SECONDS + KILL_WAIT_SECONDS))
+  while group_lives "$1" && (( SECONDS < deadline )); do sleep 0.1; done
+  if group_lives "$1"; then
+    echo "e2e-kind: the image builds outlived their KILL by $KILL_WAIT_SECONDS s" >&2
+  fi
 }
 cleanup() {
   local rc=$? t=$SECONDS
