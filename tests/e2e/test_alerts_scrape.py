@@ -77,10 +77,11 @@ def alone(
     """``rotator run`` in place of the session's controller, watching only the chain's namespace:
     its ``rotator_rotations_total`` counts this test's refreshes only. The counter has no
     namespace label, and the session's controller also refreshes the AWS policies earlier tests
-    left behind (a namespace still terminating: a re-mint whose ServiceAccount is gone fails). One
-    of those counted a failure between minute 12's scrape and minute 13's in CI (1.5 in the
-    window) after the recovery wait below was in place. Afterwards its logs and metrics hold no
-    secret value, and the session's controller runs again."""
+    on its worker left behind: another policy's failure can land between minute 12's scrape and
+    minute 13's, and another policy's success can end the recovery wait below before this
+    policy's last failing retry is counted. CI counted one failure there (1.5 in the window) with
+    that wait in place; which policy's, its output could not say. Afterwards its logs and
+    metrics hold no secret value, and the session's controller runs again."""
     if controller.proc is not None:
         controller.stop()
     own = ControllerProcess(
@@ -123,8 +124,8 @@ def test_the_refresh_failure_expression_is_true_while_sts_fails_and_false_after_
     sts.set_mode("fail")
     try:
         chain.request_rotation("sa", "alerts-1")
-        # The window starts with a scrape that counts a failure already (the failure series exist
-        # at 0 from the start, so that minute 0 is not the first sample of a new series).
+        # The window starts with a scrape that counts a failure already: minute 1 is true on the
+        # retry's failure alone.
         before = wait_for(
             counted_more(lambda: scrape(alone, "a", keep), healthy, "failure"),
             timeout=60,
