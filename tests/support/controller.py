@@ -173,10 +173,14 @@ class ControllerProcess:
         return self
 
     def stop(self) -> int:
+        """SIGTERM and its exit code; a process still running after the wait is killed, so that
+        no stopped controller keeps the Lease (the wait's TimeoutExpired is raised after)."""
         assert self.proc is not None
-        code = self.proc.terminate()
-        self.proc.close()
-        self.proc = None
+        try:
+            code = self.proc.terminate()
+        finally:
+            self.proc.close()
+            self.proc = None
         return code
 
     def restart(self, *extra: str, leader_elect: bool = True) -> ControllerProcess:
