@@ -634,7 +634,7 @@ class Coordinator:
                 if i in self._held:
                     continue
             if self._electors[i].try_acquire():
-                self._take(i, by_size=i in plan.placed)
+                self._take(i, by_size=i in plan.placed, free=free)
                 wanted -= 1
         return False
 
@@ -910,7 +910,11 @@ class Coordinator:
 
     # --- taking, giving back, losing ---------------------------------------------------------
 
-    def _take(self, index: int, *, by_size: bool = False) -> None:
+    def _take(self, index: int, *, by_size: bool = False, free: Sequence[int] = ()) -> None:
+        """Holds shard ``index`` (its Lease just taken) and starts its work. The log says
+        whether it was placed by size and which shards were free in the round that took it:
+        shards that fall free in different rounds (a dead holder's Leases renewed apart) are
+        placed one round at a time, each among those free then (docs/operations.md)."""
         elector = self._electors[index]
         held = _Held(index, elector, threading.Thread())
         held.renewing = threading.Thread(
@@ -924,7 +928,11 @@ class Coordinator:
             count = len(self._held)
         self._held_gauge(count)
         self._log.info(
-            "shards.taken", shard=index, lease=self._o.shard_lease(index), by_size=by_size
+            "shards.taken",
+            shard=index,
+            lease=self._o.shard_lease(index),
+            by_size=by_size,
+            free=list(free),
         )
         held.renewing.start()
         held.starter = threading.Thread(

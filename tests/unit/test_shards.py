@@ -236,6 +236,31 @@ def test_a_dead_holders_shard_is_taken_only_once_its_lease_stood_still_for_its_d
     assert world.coordinator.held() == list(range(N))
 
 
+def test_a_dead_holders_leases_renewed_apart_are_taken_as_each_falls_free_and_logged_so(
+    world: World,
+) -> None:
+    """Leases a dead holder renewed a round apart expire a round apart as this replica saw them:
+    each is taken once it is free, not held back for the others, and ``shards.taken`` names the
+    shards free in the round that took it (how an operator, and tests/e2e/test_shards.py, tell a
+    shard placed alone from one placed among others). Break: ``free`` left out of the log."""
+    for i in range(N):
+        world.lease(OPTIONS.shard_lease(i), "ghost")
+    world.coordinator.tick()
+    world.clock.advance(2.0)
+    for i in (1, 2):
+        world.lease(OPTIONS.shard_lease(i), "ghost")  # its last renewals, a round later
+    world.coordinator.tick()
+    world.clock.advance(14.0)
+    with capture_logs() as logs:
+        world.coordinator.tick()
+        assert world.coordinator.held() == [0, 3, 4, 5]
+        world.clock.advance(2.0)
+        world.coordinator.tick()
+    assert world.coordinator.held() == list(range(N))
+    taken = [(e["shard"], e["free"]) for e in logs if e["event"] == "shards.taken"]
+    assert taken == [(i, [0, 3, 4, 5]) for i in (0, 3, 4, 5)] + [(i, [1, 2]) for i in (1, 2)]
+
+
 def test_when_the_list_is_forbidden_it_reads_its_leases_by_name_and_shares_with_their_holders(
     world: World,
 ) -> None:
@@ -415,6 +440,7 @@ def test_beside_a_live_replica_with_sizes_it_takes_the_shards_placed_for_it() ->
         assert world.coordinator.held() == [0, 1, 3]
         taken = [e for e in logs if e["event"] == "shards.taken"]
         assert [(e["shard"], e["by_size"]) for e in taken] == [(0, True), (1, True), (3, True)]
+        assert all(e["free"] == list(range(N)) for e in taken), taken
         assert world.sizes_asked == 1
     finally:
         world.coordinator.shutdown()
