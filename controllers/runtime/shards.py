@@ -910,11 +910,13 @@ class Coordinator:
 
     # --- taking, giving back, losing ---------------------------------------------------------
 
-    def _take(self, index: int, *, by_size: bool = False, free: Sequence[int] = ()) -> None:
+    def _take(self, index: int, *, by_size: bool, free: Sequence[int]) -> None:
         """Holds shard ``index`` (its Lease just taken) and starts its work. The log says
         whether it was placed by size and which shards were free in the round that took it:
         shards that fall free in different rounds (a dead holder's Leases renewed apart) are
-        placed one round at a time, each among those free then (docs/operations.md)."""
+        placed one round at a time, each among those free then (docs/operations.md). The free
+        shards are listed up to :data:`.shardsizes.MAX_SHARDS` of them (beyond, no placement
+        by size is made, and a start's log would hold shards² numbers), counted always."""
         elector = self._electors[index]
         held = _Held(index, elector, threading.Thread())
         held.renewing = threading.Thread(
@@ -932,7 +934,8 @@ class Coordinator:
             shard=index,
             lease=self._o.shard_lease(index),
             by_size=by_size,
-            free=list(free),
+            free=list(free) if len(free) <= shardsizes.MAX_SHARDS else None,
+            free_count=len(free),
         )
         held.renewing.start()
         held.starter = threading.Thread(

@@ -257,8 +257,8 @@ def test_a_dead_holders_leases_renewed_apart_are_taken_as_each_falls_free_and_lo
         world.clock.advance(2.0)
         world.coordinator.tick()
     assert world.coordinator.held() == list(range(N))
-    taken = [(e["shard"], e["free"]) for e in logs if e["event"] == "shards.taken"]
-    assert taken == [(i, [0, 3, 4, 5]) for i in (0, 3, 4, 5)] + [(i, [1, 2]) for i in (1, 2)]
+    taken = [(e["shard"], e["free"], e["free_count"]) for e in logs if e["event"] == "shards.taken"]
+    assert taken == [(i, [0, 3, 4, 5], 4) for i in (0, 3, 4, 5)] + [(i, [1, 2], 2) for i in (1, 2)]
 
 
 def test_when_the_list_is_forbidden_it_reads_its_leases_by_name_and_shares_with_their_holders(
