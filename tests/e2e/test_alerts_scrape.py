@@ -7,13 +7,11 @@ endpoints from a Pod."""
 from __future__ import annotations
 
 import contextlib
-import json
 import time
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -27,6 +25,7 @@ from tests.support.alertscrape import JOB, Scrape, alert_expr, counted_more, eva
 from tests.support.chain import AWSChain
 from tests.support.controller import ControllerProcess
 from tests.support.polling import wait_for
+from tests.support.reconcilelog import entries
 
 # The first test to run may build promtool (hack/promtool.sh; minutes cold, shared through its lock
 # with tests/unit/test_alerts.py's worker).
@@ -55,22 +54,13 @@ def refreshes_told(controller: ControllerProcess) -> Iterator[None]:
     except AssertionError as exc:
         lines = [
             {k: v for k, v in entry.items() if k in REFRESH_FIELDS}
-            for entry in map(log_entry, controller.logs().splitlines())
+            for _, entry in entries(controller.logs())
             if entry.get("event") in ("policy.credentials_failed", "policy.credentials_minted")
         ]
         raise AssertionError(f"{exc}\nthe controller's refreshes: {lines}") from None
 
 
 REFRESH_FIELDS = ("event", "namespace", "name", "reason", "why", "attempts", "timestamp")
-
-
-def log_entry(line: str) -> dict[str, Any]:
-    """One JSON log line as a dict; empty for anything else (a line cut short while written)."""
-    try:
-        entry = json.loads(line)
-    except ValueError:
-        return {}
-    return entry if isinstance(entry, dict) else {}
 
 
 def micro_time(at: float) -> str:
