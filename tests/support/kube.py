@@ -10,8 +10,9 @@ from typing import Any
 from kubernetes import client as k8s_client
 
 from controllers.runtime import client as clients
-from controllers.runtime import objects
+from controllers.runtime import metricsauth, objects
 from rotator_devkit.controlplane.cluster import LocalControlPlane, write_kubeconfig
+from tests.support.polling import wait_for
 
 ROLES = objects.Resource("rbac.authorization.k8s.io", "v1", "roles", "Role")
 ROLE_BINDINGS = objects.Resource("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding")
@@ -61,6 +62,7 @@ def namespaced_user(
         },
         namespace=namespace,
     )
+    wait_until_allowed(api, namespace, name, rules)
     write_kubeconfig(
         kubeconfig,
         server=control_plane.server,
@@ -69,3 +71,38 @@ def namespaced_user(
         credentials={"token": token},
     )
     return token
+
+
+def wait_until_allowed(
+    api: clients.Client, namespace: str, name: str, rules: Sequence[dict[str, Any]]
+) -> None:
+    """Until the API server's authorizer allows ServiceAccount ``name`` each resource of
+    ``rules`` (its first verb) in ``namespace``, asked by SubjectAccessReview: the RBAC
+    authorizer learns of a new RoleBinding through a watch of its own, so a request sent as soon
+    as the binding is created can still be refused (a clean-clone CI saw a tenant's first
+    create refused, 403)."""
+    user = f"system:serviceaccount:{namespace}:{name}"
+    asked = [
+        {"namespace": namespace, "group": group, "resource": resource, "verb": rule["verbs"][0]}
+        for rule in rules
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+    ]
+
+    def allowed() -> bool:
+        return all(
+            api.create(
+                metricsauth.SUBJECTACCESSREVIEWS,
+                {
+                    "apiVersion": "authorization.k8s.io/v1",
+                    "kind": "SubjectAccessReview",
+                    "spec": {"user": user, "resourceAttributes": attributes},
+                },
+            )
+            .get("status", {})
+            .get("allowed")
+            is True
+            for attributes in asked
+        )
+
+    wait_for(allowed, timeout=30, what=f"{user} allowed what its Role grants")
