@@ -23,6 +23,8 @@ controller figure means little until it is set against what the API server allow
   route config inlining the key, and the benchmark's watch on route configs (the one that times
   the controller) sees it. Two writes and three watch deliveries, besides the update itself —
   what the controller's path costs less its GET of the source, its queues and its decisions.
+  The benchmark times it twice: while the controller runs, its updates interleaved with the
+  controller's (both timed over the same minutes), and alone after the controller has stopped.
 * **The no-op restart's floor** (:func:`relist`): every page of every view the controller's
   cache lists (the same resources, selectors, page sizes and metadata-only Accept), read and
   decoded by a bare client, nothing kept: what any client pays to learn the state the restart
@@ -219,29 +221,45 @@ class Hop:
 
 class Relay(WatchedStates):
     """The bare client of the propagation floor: three Secrets of its own in ``namespace``
-    (a source, a derived Secret, a route config shaped like chain 0's and labelled as route
-    configs are, so the benchmark's watch times it) and one watch on them, started by ``with``
-    (which creates the source first)."""
+    (a source, a derived Secret, a route config shaped like chain 0's and labelled with the
+    route label, so the benchmark's watch times it) and one watch on them, started by ``with``
+    (which creates the source first).
+
+    Its Secrets carry neither ``managed-by`` nor a policy's label, so a controller running beside
+    it reconciles nothing for them and does not cache their data. It still receives each of
+    their writes in its metadata view of every Secret (as it does any Secret's), where no policy
+    names them as a source: decoding those events is all they cost it. That is what lets the
+    floor be timed in the controller's own run, interleaved with its updates (``prefix`` keeps
+    two relays in one namespace apart)."""
 
     def __init__(
-        self, api: clients.Client, namespace: str, derived: Body, config: Body, route_name: str
+        self,
+        api: clients.Client,
+        namespace: str,
+        derived: Body,
+        config: Body,
+        route_name: str,
+        *,
+        prefix: str = FLOOR_PREFIX,
     ) -> None:
         self._api = api
         self._namespace = namespace
-        self.source = f"{FLOOR_PREFIX}source"
-        self.derived = f"{FLOOR_PREFIX}{objects.name(derived)}"
-        self.config = rapi.route_config_secret_name(f"{FLOOR_PREFIX}{route_name}")
-        self._derived_body = self._shaped(derived, self.derived)
-        self._config_body = self._shaped(config, self.config)
+        self.source = f"{prefix}source"
+        self.derived = f"{prefix}{objects.name(derived)}"
+        route = f"{prefix}{route_name}"
+        self.config = rapi.route_config_secret_name(route)
+        self._derived_body = self._shaped(derived, self.derived, {})
+        route_labels, _ = rapi.owner_labels(rapi.ROUTE_LABEL, route)
+        self._config_body = self._shaped(config, self.config, route_labels)
         self.hops: dict[str, Hop] = {}
         self._lock = threading.Lock()
         super().__init__(api, objects.SECRETS, namespace, label_selector=RELAY_LABEL)
 
-    def _shaped(self, template: Body, name: str) -> Body:
+    def _shaped(self, template: Body, name: str, labels: dict[str, str]) -> Body:
         body = _secret_copy(template)
         md = body["metadata"]
         md["name"] = name
-        md["labels"] = {**md.get("labels", {}), RELAY_LABEL: "yes"}
+        md["labels"] = {**labels, RELAY_LABEL: "yes"}
         md.pop("ownerReferences", None)  # its owner is another chain's
         return body
 

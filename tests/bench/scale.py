@@ -16,8 +16,10 @@ Secrets in other namespaces, all created by a 16-thread client before the contro
 * propagation: ``--updates`` source Secrets, spread over the chains, updated one at a time;
   from the update being sent to its route config holding the new key, and where the time of the
   p99 update went (each request of the path, from the audit log);
-* the API server's own floors (tests/bench/floors.py), with the controller stopped: the same
-  propagation through a bare client's two writes and their watches, the restart's lists (every
+* the propagation floor (tests/bench/floors.py): the same path through a bare client's two
+  writes and their watches, as many updates as the controller's, interleaved with them in a
+  seeded shuffle while the controller runs, and as many again alone once it has stopped;
+* the API server's other floors, with the controller stopped: the restart's lists (every
   page of the views the controller's cache lists, decoded, nothing kept), and the cold start's
   request mix replayed by a bare client; the controller's figures are printed as ratios to them.
   The replay's CPU (the bare client's, the control plane's) is printed beside the cold start's:
@@ -32,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import random
 import tempfile
 import time
 from collections import Counter
@@ -165,10 +168,22 @@ def main() -> None:
         restart_requests = log.since(mark)
         print(f"restart done in {restart_seconds:.1f} s", flush=True)
 
+        first, route = fleet.chain_namespace(0), fleet.route(0)
+        relay = functools.partial(
+            floors.Relay,
+            api,
+            first,
+            api.get(objects.SECRETS, rapi.derived_secret_name(fleet.policy(0)), namespace=first),
+            api.get(objects.SECRETS, rapi.route_config_secret_name(route), namespace=first),
+            route,
+        )
         mark = log.mark()
         queued_before = chain_seconds(controller)
         cpu_before = scale.cpu_seconds(pid)
-        samples = propagation(api, fleet, routes, args.updates, args.timeout)
+        with relay(prefix=MIXED_PREFIX) as mixed_relay:
+            samples, mixed_samples = propagation(
+                api, fleet, routes, mixed_relay, args.updates, args.timeout
+            )
         propagation_cpu = scale.cpu_seconds(pid) - cpu_before
         queued = {
             key: (seconds - queued_before[key][0], count - queued_before[key][1])
@@ -176,19 +191,14 @@ def main() -> None:
         }
         controller.stop()
         propagation_requests = log.since(mark)
-        print(f"propagation done ({len(samples)} updates)", flush=True)
+        print(
+            f"propagation done ({len(samples)} updates, interleaved with the floor's)", flush=True
+        )
 
-        first, route = fleet.chain_namespace(0), fleet.route(0)
-        with floors.Relay(
-            api,
-            first,
-            api.get(objects.SECRETS, rapi.derived_secret_name(fleet.policy(0)), namespace=first),
-            api.get(objects.SECRETS, rapi.route_config_secret_name(route), namespace=first),
-            route,
-        ) as relay:
-            floor_samples = propagation_floor(relay, routes, len(samples), args.timeout)
+        with relay(prefix=ALONE_PREFIX) as alone_relay:
+            alone_samples = propagation_floor(alone_relay, routes, len(samples), args.timeout)
         routes.stop()
-        print(f"propagation floor done ({len(floor_samples)} updates)", flush=True)
+        print(f"propagation floor alone done ({len(alone_samples)} updates)", flush=True)
 
         # this process runs nothing else now: its CPU is the bare client's
         relisted = floors.relist(api, restart_views(api))
@@ -280,10 +290,12 @@ def main() -> None:
     row("  ratio floor / controller (the same requests)", ratio(floor.seconds, mix_seconds))
     row("  ratio floor / cold start to idle", ratio(floor.seconds, cold.idle))
     latencies = [s.latency for s in samples]
-    floor_latencies = [s.latency for s in floor_samples]
+    floor_latencies = [s.latency for s in mixed_samples]
+    alone_latencies = [s.latency for s in alone_samples]
     for label, values in (
         (f"Secret update → route config rewritten ({len(latencies)} updates)", latencies),
-        ("  floor: a bare client's two writes and their watches", floor_latencies),
+        ("  floor: a bare client's two writes and their watches, interleaved", floor_latencies),
+        ("  floor alone, the controller stopped", alone_latencies),
     ):
         if values:
             row(
@@ -293,21 +305,28 @@ def main() -> None:
             )
     if latencies:
         row(
-            "  controller CPU per update (every write and event of it)",
+            "  controller CPU per update (every write and event of it, and the floor's events)",
             f"{propagation_cpu * 1000 / len(latencies):.1f} ms",
         )
         writes_by_kind("  writes per update", writes(propagation_requests), len(latencies), "    ")
         row("  Secret GETs per update", per(secret_gets(propagation_requests), len(latencies)))
-    if latencies and floor_latencies:
-        row(
-            "  ratio p99 controller / p99 floor",
-            ratio(percentile(latencies, 99), percentile(floor_latencies, 99)),
+    if latencies and floor_latencies and alone_latencies:
+        for p in (99, 50):
+            ours = percentile(latencies, p)
+            row(
+                f"  ratio p{p} controller / p{p} floor (interleaved; alone)",
+                f"{ratio(ours, percentile(floor_latencies, p))}; "
+                f"{ratio(ours, percentile(alone_latencies, p))}",
+            )
+        by_predecessor(samples, mixed_samples)
+        breakdown(
+            fleet,
+            samples,
+            {"floor, interleaved": mixed_relay, "floor alone": alone_relay},
+            {"floor, interleaved": mixed_samples, "floor alone": alone_samples},
+            propagation_requests,
+            queued,
         )
-        row(
-            "  ratio p50 controller / p50 floor",
-            ratio(percentile(latencies, 50), percentile(floor_latencies, 50)),
-        )
-        breakdown(fleet, samples, floor_samples, relay, propagation_requests, queued)
     chain_bytes = 0.0
     for label, (count, each) in held.items():
         row(f"bytes held per cached object: {label}", f"{each:.0f} ({count} measured)")
@@ -358,22 +377,96 @@ def chain_seconds(controller: ControllerProcess) -> dict[tuple[str, str], tuple[
     }
 
 
+MIXED_PREFIX = f"{floors.FLOOR_PREFIX}mixed-"
+ALONE_PREFIX = f"{floors.FLOOR_PREFIX}alone-"
+"""Not the bare ``floor-`` of the cold start's replay, whose copy of chain 0's derived Secret
+would otherwise be the relay's (an update where the cold start made a create)."""
+
+
 def propagation(
     api: clients.Client,
     fleet: scale.Fleet,
     routes: scale.RouteConfigs,
+    relay: floors.Relay,
     updates: int,
     timeout: float,
-) -> list[floors.Sample]:
+) -> tuple[list[floors.Sample], list[floors.Sample]]:
     """From sending each update to its route config holding the new key (wall clock, as the
-    audit log's); the chains updated are spread evenly over the fleet."""
-    samples = []
+    audit log's), for the controller and, interleaved with its updates, for as many of
+    ``relay``'s (the floor), one at a time in :func:`interleaved` order; the chains updated are
+    spread evenly over the fleet.
+
+    Why interleaved: timed against a floor run minutes later with the controller stopped, the p99
+    ratio ranged from 0.71 to 3.35 over ten runs on 2-core machines, and two runs of one commit
+    gave 0.71 and 2.84 — what the API server and the machine were doing in either window (a
+    garbage collection, etcd's compaction, a neighbour) weighed more than the controller.
+    Interleaved, both kinds are timed over the same minutes, and a slow stretch falls on both in
+    proportion."""
+    samples: list[floors.Sample] = []
+    floor_samples: list[floors.Sample] = []
     count = min(updates, fleet.chains)
-    for k in range(count):
-        i = k * fleet.chains // count
-        send = functools.partial(fleet.rotate, api, i, k + 1)
-        samples.append(timed(send, routes, fleet.route_config(i), fleet.key(i, k + 1), i, timeout))
-    return samples
+    for kind in interleaved(count):
+        if kind == "controller":
+            k = len(samples)
+            i = k * fleet.chains // count
+            send = functools.partial(fleet.rotate, api, i, k + 1)
+            where, key, chain = fleet.route_config(i), fleet.key(i, k + 1), i
+            samples.append(timed(send, routes, where, key, chain, timeout))
+        else:
+            key = f"sk-mixed-{len(floor_samples):05d}"
+            send = functools.partial(relay.send, key)
+            floor_samples.append(timed(send, routes, relay.where, key, -1, timeout))
+    return samples, floor_samples
+
+
+def interleaved(count: int, seed: int = 38) -> list[str]:
+    """The order of :func:`propagation`'s updates: ``count`` of the controller's and ``count``
+    of the floor's, shuffled (seeded: each run sends the same order). Not strictly alternating:
+    after its route config is written the controller still writes a status and an Event, and
+    in a fixed pattern those would fall on one kind more than on the other; shuffled, the kinds
+    that ran one, two or more updates before are alike for both."""
+    kinds = ["controller", "floor"] * count
+    random.Random(seed).shuffle(kinds)
+    return kinds
+
+
+def after(kinds: Sequence[str], lag: int = 1) -> dict[str, list[str]]:
+    """For each update of each kind in ``kinds``, in order, the kind of the update ``lag``
+    before it (``none`` for the first ``lag``)."""
+    before: dict[str, list[str]] = {kind: [] for kind in kinds}
+    for n, kind in enumerate(kinds):
+        before[kind].append(kinds[n - lag] if n >= lag else "none")
+    return before
+
+
+def by_predecessor(
+    samples: Sequence[floors.Sample], floor_samples: Sequence[floors.Sample]
+) -> None:
+    """Each kind's p50 and p99 over the updates that followed a controller update and over
+    those that followed a floor update, and the p99 ratio within each: what the update before
+    leaves running (the controller's status write and Event after its route config), apart
+    from the path itself."""
+    before = after(interleaved(len(samples)))
+    for previous in ("controller", "floor"):
+        ours = [
+            s.latency
+            for s, p in zip(samples, before.get("controller", []), strict=True)
+            if p == previous
+        ]
+        theirs = [
+            s.latency
+            for s, p in zip(floor_samples, before.get("floor", []), strict=True)
+            if p == previous
+        ]
+        if not ours or not theirs:
+            continue
+        row(
+            f"  after a {previous} update: controller / floor, p50 and p99",
+            f"{percentile(ours, 50) * 1000:.0f} / {percentile(theirs, 50) * 1000:.0f} ms, "
+            f"{percentile(ours, 99) * 1000:.0f} / {percentile(theirs, 99) * 1000:.0f} ms "
+            f"(p99 ratio {ratio(percentile(ours, 99), percentile(theirs, 99))}; "
+            f"{len(ours)} and {len(theirs)} updates)",
+        )
 
 
 def propagation_floor(
@@ -411,13 +504,13 @@ def timed(
 def breakdown(
     fleet: scale.Fleet,
     samples: Sequence[floors.Sample],
-    floor_samples: Sequence[floors.Sample],
-    relay: floors.Relay,
+    relays: Mapping[str, floors.Relay],
+    floor_samples: Mapping[str, Sequence[floors.Sample]],
     requests: Sequence[audit.Request],
     queued: Mapping[tuple[str, str], tuple[float, float]],
 ) -> None:
     """Where the propagation's time goes: the stages of the p99 sample and the median of each
-    stage, for the controller (from the audit log) and for the floor (from the relay)."""
+    stage, for the controller (from the audit log) and for each floor (from its relay)."""
     print("\nwhere a propagation's time goes (ms): the p99 sample, and each stage's median")
     staged = [(s, floors.controller_stages(s, fleet, requests)) for s in samples]
     found = {s: st for s, st in staged if st is not None}
@@ -431,10 +524,13 @@ def breakdown(
             f"  {name} {stage}, mean over the updates",
             f"{seconds / count * 1000:.1f} ms ({count:.0f} keys)" if count else "-",
         )
-    hops = {
-        s: floors.floor_stages(s, relay.hops[s.key]) for s in floor_samples if s.key in relay.hops
-    }
-    print_stages("floor", floors.FLOOR_STAGES, hops)
+    for title, relay in relays.items():
+        hops = {
+            s: floors.floor_stages(s, relay.hops[s.key])
+            for s in floor_samples[title]
+            if s.key in relay.hops
+        }
+        print_stages(title, floors.FLOOR_STAGES, hops)
 
 
 def print_stages(

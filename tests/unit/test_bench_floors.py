@@ -5,6 +5,7 @@ log. The benchmark asserts nothing, so its arithmetic is checked here."""
 from __future__ import annotations
 
 import base64
+from collections import Counter
 from typing import cast
 
 from controllers.reconcilers import api as rapi
@@ -110,3 +111,26 @@ def test_the_restart_floor_lists_every_page_of_the_controllers_views_as_they_lis
     assert firsts[1]["limit"] == secretviews.MANAGED_PAGE_SIZE
     assert [a["max_bytes"] for a in firsts] == [v.page_bytes for v in views]
     assert [a["continue_token"] for a in pages.asked[:3]] == [None, "1", "2"]
+
+
+def test_the_interleaved_order_is_seeded_and_alike_before_either_kind() -> None:
+    kinds = scale_bench.interleaved(2000)
+    assert kinds == scale_bench.interleaved(2000), "each run sends the same order"
+    assert Counter(kinds) == {"controller": 2000, "floor": 2000}
+    assert kinds != scale_bench.interleaved(2000, seed=1)
+    for lag in (1, 2, 3):
+        before = scale_bench.after(kinds, lag)
+        shares = {kind: before[kind].count("controller") / len(before[kind]) for kind in before}
+        assert abs(shares["controller"] - shares["floor"]) < 0.05, (lag, shares)
+
+
+def test_each_update_knows_which_kind_ran_lag_updates_before_it() -> None:
+    kinds = ["controller", "floor", "floor", "controller", "floor"]
+    assert scale_bench.after(kinds) == {
+        "controller": ["none", "floor"],
+        "floor": ["controller", "floor", "controller"],
+    }
+    assert scale_bench.after(kinds, 2) == {
+        "controller": ["none", "floor"],
+        "floor": ["none", "controller", "floor"],
+    }
