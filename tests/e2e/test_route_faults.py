@@ -64,16 +64,13 @@ def user_keys(moto: str, user: str) -> set[str]:
 def failures(controller: ControllerProcess, name: str, namespace: str) -> list[str]:
     """Why reconciles of ``name`` in ``namespace`` failed, except write conflicts (a stale cache:
     retried at once by design)."""
-    found = []
-    for line in controller.logs().splitlines():
-        if '"reconcile.failed"' not in line:
-            continue
-        entry = json.loads(line)
-        if (entry.get("controller"), entry.get("namespace")) == (name, namespace) and entry.get(
-            "error_type"
-        ) != "Conflict":
-            found.append(str(entry.get("error_type")))
-    return found
+    return [
+        str(entry.get("error_type"))
+        for _, entry in reconcilelog.entries(controller.logs())
+        if entry.get("event") == "reconcile.failed"
+        and (entry.get("controller"), entry.get("namespace")) == (name, namespace)
+        and entry.get("error_type") != "Conflict"
+    ]
 
 
 def reconciles_of(controller: ControllerProcess, obj: str, *, since: float) -> int:
