@@ -10,7 +10,6 @@ product's (10 s), which is most of these tests' time."""
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -20,11 +19,10 @@ import pytest
 from controllers.reconcilers import api as rapi
 from controllers.reconcilers import restarts
 from controllers.runtime import client as clients
-from controllers.runtime import clock as clocks
 from controllers.runtime import errors, objects
 from rotator_devkit.devenv import manifests
 from tests.e2e.conftest import EXISTING
-from tests.support import audit
+from tests.support import audit, reconcilelog
 from tests.support.chain import AWSChain
 from tests.support.controller import SERVICE_ACCOUNT, ControllerProcess
 from tests.support.polling import wait_for
@@ -178,13 +176,8 @@ def reconciled_after(controller: ControllerProcess, namespace: str, since: float
     """Whether the controller's current process finished a reconcile of Route ``chat`` after
     ``since`` (epoch seconds), by its log: the resyncs make one every few seconds."""
     assert controller.proc is not None
-    for line in reversed(controller.proc.log().splitlines()):
-        if '"reconcile.done"' not in line or namespace not in line:
-            continue
-        entry = json.loads(line)
-        if (entry.get("controller"), entry.get("name")) == ("route", "chat"):
-            return clocks.parse_rfc3339(entry["timestamp"]) > since
-    return False
+    done = reconcilelog.last_done(controller.proc.log(), namespace, "route", "chat")
+    return done is not None and done > since
 
 
 def past_the_window(controller: ControllerProcess, namespace: str, since: float) -> None:

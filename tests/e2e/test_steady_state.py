@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import base64
 import functools
-import json
 from typing import Any, cast
 
 from controllers.reconcilers import api as rapi
 from controllers.runtime import objects
+from tests.support import reconcilelog
 from tests.support.audit import AuditLog
 from tests.support.chain import Chain
 from tests.support.controller import ControllerProcess
@@ -142,14 +142,7 @@ def test_resync_with_nothing_to_change_makes_no_writes(
 def reconciled_this_run(controller: ControllerProcess, namespace: str, name: str) -> set[str]:
     """The objects controller ``name`` has started reconciling in ``namespace`` since the
     controller's last start (its own log file)."""
-    log = controller.workdir / f"controller-{controller.runs}.log"
-    found = set()
-    for line in log.read_text(errors="replace").splitlines():
-        if '"reconcile.started"' in line:
-            entry = json.loads(line)
-            if (entry.get("namespace"), entry.get("controller")) == (namespace, name):
-                found.add(entry["name"])
-    return found
+    return reconcilelog.started(controller.run_log(), namespace).get(name, set())
 
 
 def secret_gets(audit_log: AuditLog, mark: int, namespace: str) -> list[str]:

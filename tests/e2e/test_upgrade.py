@@ -53,7 +53,7 @@ from rotator_devkit.controlplane.cluster import (
 from rotator_devkit.devenv import manifests
 from rotator_devkit.devenv.standins.sts import ASSUME, STSProxy
 from tests.e2e.conftest import ROLE_ARN
-from tests.support import audit, leaks, required
+from tests.support import audit, leaks, reconcilelog, required
 from tests.support.chain import AWSChain
 from tests.support.controller import (
     ControllerProcess,
@@ -247,14 +247,7 @@ def _condition(obj: dict[str, Any], type_: str) -> str | None:
 
 def reconciled(controller: ControllerProcess, namespace: str) -> dict[str, set[str]]:
     """Controller → the objects of ``namespace`` it started reconciling in this run (its log)."""
-    log = controller.workdir / f"controller-{controller.runs}.log"
-    found: dict[str, set[str]] = {}
-    for line in log.read_text(errors="replace").splitlines():
-        if '"reconcile.started"' in line:
-            entry = json.loads(line)
-            if entry.get("namespace") == namespace:
-                found.setdefault(entry["controller"], set()).add(entry["name"])
-    return found
+    return reconcilelog.started(controller.run_log(), namespace)
 
 
 def everything_reconciled(controller: ControllerProcess, namespace: str) -> bool:
@@ -445,13 +438,13 @@ def test_an_untrusted_spec_hash_is_minted_again_once_and_said_so(upgrade: Upgrad
     assert derived == {rapi.derived_secret_name("sts0")}, "no other derived Secret written"
     hashes = spec_hashes(api, chain.ns)
     assert hashes[rapi.derived_secret_name("sts0")] not in (untrusted, None)
-    log = (controller.workdir / f"controller-{controller.runs}.log").read_text()
-    lines = [json.loads(x) for x in log.splitlines() if "policy.untrusted_spec_hash" in x]
+    logged = [entry for _, entry in reconcilelog.entries(controller.run_log())]
+    lines = [e for e in logged if e.get("event") == "policy.untrusted_spec_hash"]
     assert [(e.get("name"), e.get("recorded")) for e in lines] == [("sts0", untrusted)]
     minted = [
-        json.loads(x).get("name")
-        for x in log.splitlines()
-        if '"policy.credentials_minted"' in x and "spec hash untrusted" in x
+        e.get("name")
+        for e in logged
+        if (e.get("event"), e.get("why")) == ("policy.credentials_minted", "spec hash untrusted")
     ]
     assert minted == ["sts0"]
 

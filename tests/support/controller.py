@@ -187,6 +187,11 @@ class ControllerProcess:
         self.stop()
         return self.start(*extra, leader_elect=leader_elect)
 
+    def run_log(self) -> str:
+        """The log of the current run, or of the last one once stopped (each start logs to a
+        file of its own)."""
+        return (self.workdir / f"controller-{self.runs}.log").read_text(errors="replace")
+
     def metric(self, metric_name: str, **labels: str) -> float | None:
         assert self.proc is not None
         return self.proc.metric(metric_name, **labels)

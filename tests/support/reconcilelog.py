@@ -73,6 +73,32 @@ def reconciles(text: str, *, ended_at: float) -> list[Reconcile]:
     ]
 
 
+def started(text: str, namespace: str) -> dict[str, set[str]]:
+    """Controller → the names of the objects of ``namespace`` it started reconciling in
+    ``text`` (one replica's log): what a test asks when it checks that a start reconciled
+    everything (or nothing)."""
+    found: dict[str, set[str]] = {}
+    for r in reconciles(text, ended_at=0.0):
+        if r.namespace == namespace:
+            controller, _, name = r.key.partition(":")
+            found.setdefault(controller, set()).add(name)
+    return found
+
+
+def last_done(text: str, namespace: str, controller: str, name: str) -> float | None:
+    """When the last reconcile of ``controller``'s object ``namespace/name`` in ``text`` ended
+    without an error (its ``reconcile.done`` line), or None if none did."""
+    last = None
+    for at, entry in entries(text):
+        if entry.get("event") == "reconcile.done" and (
+            entry.get("namespace"),
+            entry.get("controller"),
+            entry.get("name"),
+        ) == (namespace, controller, name):
+            last = at
+    return last
+
+
 def longest_overlap(a: list[Reconcile], b: list[Reconcile]) -> float:
     """The longest time a reconcile of one replica ran while one of the other's did (≤ 0:
     never)."""

@@ -24,7 +24,7 @@ from tests.kind.history import (
 )
 from tests.kind.watching import Seen
 from tests.support import required
-from tests.support.reconcilelog import object_overlaps, reconciles
+from tests.support.reconcilelog import last_done, object_overlaps, reconciles, started
 
 
 def derived(version: str, credential: str, issued: str = "2026-01-01T00:00:00Z") -> dict[str, Any]:
@@ -234,3 +234,33 @@ def test_a_reconcile_without_an_end_runs_until_the_log_ended() -> None:
     found = object_overlaps({"a": first, "b": reconciles(b, ended_at=0.0)})
     assert len(found) == 1
     assert found[0].seconds == pytest.approx(0.5)
+
+
+def test_started_names_each_controllers_objects_of_one_namespace_only() -> None:
+    """Break: ``started`` keeping the objects of another namespace (a test of a restart that
+    reconciles nothing would then fail on an earlier test's reconcile), or counting only the
+    reconciles that ended (a start still reconciling is a start)."""
+    text = log(
+        (1.0, "reconcile.started", "a1", "ns-1", "p"),
+        (2.0, "reconcile.done", "a1", "ns-1", "p"),
+        (3.0, "reconcile.started", "a2", "ns-1", "q"),
+        (3.0, "reconcile.started", "a3", "ns-2", "r"),
+    )
+    assert started(text + "\nnot json", "ns-1") == {"backendsecuritypolicy": {"p", "q"}}
+    assert started(text, "ns-3") == {}
+
+
+def test_last_done_is_the_last_finished_reconcile_of_that_object() -> None:
+    """Break: ``last_done`` taking the first end line, a failed reconcile, or the same name in
+    another namespace."""
+    text = log(
+        (1.0, "reconcile.started", "a1", "ns-1", "p"),
+        (2.0, "reconcile.done", "a1", "ns-1", "p"),
+        (3.0, "reconcile.done", "a2", "ns-1", "p"),
+        (4.0, "reconcile.failed", "a3", "ns-1", "p"),
+        (5.0, "reconcile.done", "b1", "ns-2", "p"),
+    )
+    assert last_done(text, "ns-1", "backendsecuritypolicy", "p") == clocks.parse_rfc3339(
+        "2026-01-01T00:00:03Z"
+    )
+    assert last_done(text, "ns-1", "route", "p") is None
