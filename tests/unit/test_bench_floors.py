@@ -5,6 +5,7 @@ log. The benchmark asserts nothing, so its arithmetic is checked here."""
 from __future__ import annotations
 
 import base64
+import random
 from collections import Counter
 from typing import cast
 
@@ -15,6 +16,7 @@ from controllers.runtime import objects
 from tests.bench import floors
 from tests.bench import scale as scale_bench
 from tests.support import audit, scale
+from tests.support.recording import percentile
 
 
 def request(verb: str, resource: str, name: str = "x", **kw: object) -> audit.Request:
@@ -134,3 +136,20 @@ def test_each_update_knows_which_kind_ran_lag_updates_before_it() -> None:
         "controller": ["none", "floor"],
         "floor": ["none", "controller", "floor"],
     }
+
+
+def test_the_ratio_interval_holds_the_ratio_and_narrows_with_more_samples() -> None:
+    """Break: the two sides resampled as one (or not at all), the tails cut at the wrong end,
+    or the seed ignored."""
+    assert scale_bench.ratio_interval([2.0] * 50, [1.0] * 80, 99) == (2.0, 2.0)
+    rng = random.Random(1)
+    ours = [rng.lognormvariate(0, 0.5) * 1.5 for _ in range(5000)]
+    theirs = [rng.lognormvariate(0, 0.5) for _ in range(5000)]
+    low, high = scale_bench.ratio_interval(ours, theirs, 99, rounds=400)
+    point = percentile(ours, 99) / percentile(theirs, 99)
+    assert low < point < high
+    assert low > 1.2
+    assert high < 1.8
+    few_low, few_high = scale_bench.ratio_interval(ours[:200], theirs[:200], 99, rounds=400)
+    assert few_high - few_low > 2 * (high - low)
+    assert scale_bench.ratio_interval(ours, theirs, 99, rounds=400) == (low, high)
