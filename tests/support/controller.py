@@ -152,7 +152,7 @@ class ControllerProcess:
             argv += ["--leader-election-id", self.lease]
         self.proc = Proc(
             argv,
-            self.workdir / f"controller-{self.runs}.log",
+            self._log_path(),
             metrics_port=metrics,
             probe_port=probes,
             env=self.env,
@@ -190,7 +190,10 @@ class ControllerProcess:
     def run_log(self) -> str:
         """The log of the current run, or of the last one once stopped (each start logs to a
         file of its own)."""
-        return (self.workdir / f"controller-{self.runs}.log").read_text(errors="replace")
+        return self._log_path().read_text(errors="replace")
+
+    def _log_path(self) -> Path:
+        return self.workdir / f"controller-{self.runs}.log"
 
     def metric(self, metric_name: str, **labels: str) -> float | None:
         assert self.proc is not None
