@@ -9,6 +9,8 @@ import random
 from collections import Counter
 from typing import cast
 
+import pytest
+
 from controllers.reconcilers import api as rapi
 from controllers.reconcilers.cache import secretviews
 from controllers.runtime import client as clients
@@ -139,17 +141,39 @@ def test_each_update_knows_which_kind_ran_lag_updates_before_it() -> None:
 
 
 def test_the_ratio_interval_holds_the_ratio_and_narrows_with_more_samples() -> None:
-    """Break: the two sides resampled as one (or not at all), the tails cut at the wrong end,
-    or the seed ignored."""
-    assert scale_bench.ratio_interval([2.0] * 50, [1.0] * 80, 99) == (2.0, 2.0)
+    """Break: the two kinds swapped or resampled as one (or not at all), the tails cut at the
+    wrong end, or the seed ignored."""
+    kinds = scale_bench.interleaved(5000)
+    assert scale_bench.ratio_interval(kinds, [2.0] * 5000, [1.0] * 5000, 99) == (2.0, 2.0)
     rng = random.Random(1)
     ours = [rng.lognormvariate(0, 0.5) * 1.5 for _ in range(5000)]
     theirs = [rng.lognormvariate(0, 0.5) for _ in range(5000)]
-    low, high = scale_bench.ratio_interval(ours, theirs, 99, rounds=400)
+    low, high = scale_bench.ratio_interval(kinds, ours, theirs, 99, rounds=400)
     point = percentile(ours, 99) / percentile(theirs, 99)
     assert low < point < high
     assert low > 1.2
     assert high < 1.8
-    few_low, few_high = scale_bench.ratio_interval(ours[:200], theirs[:200], 99, rounds=400)
+    few = scale_bench.interleaved(200)
+    few_low, few_high = scale_bench.ratio_interval(few, ours[:200], theirs[:200], 99, rounds=400)
     assert few_high - few_low > 2 * (high - low)
-    assert scale_bench.ratio_interval(ours, theirs, 99, rounds=400) == (low, high)
+    assert scale_bench.ratio_interval(kinds, ours, theirs, 99, rounds=400) == (low, high)
+
+
+def test_the_ratio_interval_draws_blocks_of_the_schedule_with_both_kinds_in_them() -> None:
+    """Break: updates resampled one by one, or each kind on its own: a slow stretch of the
+    machine, which slows both kinds at once, would then move one side of the ratio without the
+    other, and the interval would read wider than the run's samples allow."""
+    kinds = scale_bench.interleaved(5000)
+    rng = random.Random(2)
+    slow = {n for start in (3000, 7000) for n in range(start, start + 50)}
+    at = [rng.lognormvariate(0, 0.3) * (5 if n in slow else 1) for n in range(10000)]
+    ours = [x for x, kind in zip(at, kinds, strict=True) if kind == "controller"]
+    theirs = [x for x, kind in zip(at, kinds, strict=True) if kind == "floor"]
+    point = percentile(ours, 99) / percentile(theirs, 99)
+    whole = scale_bench.ratio_interval(kinds, ours, theirs, 99, rounds=50, block=10000)
+    assert whole == (point, point)  # one block: every draw is the run itself
+    blocked = scale_bench.ratio_interval(kinds, ours, theirs, 99, rounds=400)
+    single = scale_bench.ratio_interval(kinds, ours, theirs, 99, rounds=400, block=1)
+    assert blocked[1] - blocked[0] < 0.85 * (single[1] - single[0])
+    with pytest.raises(ValueError, match="schedule"):
+        scale_bench.ratio_interval(kinds[:10], ours[:5], theirs[:4], 99)
