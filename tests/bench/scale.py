@@ -181,7 +181,7 @@ def main() -> None:
         queued_before = chain_seconds(controller)
         cpu_before = scale.cpu_seconds(pid)
         with relay(prefix=MIXED_PREFIX) as mixed_relay:
-            samples, mixed_samples = propagation(
+            schedule, samples, mixed_samples = propagation(
                 api, fleet, routes, mixed_relay, args.updates, args.timeout
             )
         propagation_cpu = scale.cpu_seconds(pid) - cpu_before
@@ -324,12 +324,12 @@ def main() -> None:
             f"in blocks of {INTERVAL_BLOCK} updates in a row)",
             ", ".join(
                 "p{} {:.2f}-{:.2f}".format(
-                    p, *ratio_interval(interleaved(len(latencies)), latencies, floor_latencies, p)
+                    p, *ratio_interval(schedule, latencies, floor_latencies, p)
                 )
                 for p in (99, 50)
             ),
         )
-        by_predecessor(samples, mixed_samples)
+        by_predecessor(schedule, samples, mixed_samples)
         breakdown(
             fleet,
             samples,
@@ -401,11 +401,12 @@ def propagation(
     relay: floors.Relay,
     updates: int,
     timeout: float,
-) -> tuple[list[floors.Sample], list[floors.Sample]]:
+) -> tuple[list[str], list[floors.Sample], list[floors.Sample]]:
     """From sending each update to its route config holding the new key (wall clock, as the
     audit log's), for the controller and, interleaved with its updates, for as many of
     ``relay``'s (the floor), one at a time in :func:`interleaved` order; the chains updated are
-    spread evenly over the fleet.
+    spread evenly over the fleet. Returns that order (what the figures split by the update
+    before, or draw blocks of, read) and each kind's samples in it.
 
     Why interleaved: timed against a floor run minutes later with the controller stopped, the p99
     ratio ranged from 0.71 to 3.35 over ten runs on 2-core machines, and two runs of one commit
@@ -416,7 +417,8 @@ def propagation(
     samples: list[floors.Sample] = []
     floor_samples: list[floors.Sample] = []
     count = min(updates, fleet.chains)
-    for kind in interleaved(count):
+    schedule = interleaved(count)
+    for kind in schedule:
         if kind == "controller":
             k = len(samples)
             i = k * fleet.chains // count
@@ -427,7 +429,7 @@ def propagation(
             key = f"sk-mixed-{len(floor_samples):05d}"
             send = functools.partial(relay.send, key)
             floor_samples.append(timed(send, routes, relay.where, key, -1, timeout))
-    return samples, floor_samples
+    return schedule, samples, floor_samples
 
 
 def interleaved(count: int, seed: int = 38) -> list[str]:
@@ -507,13 +509,15 @@ def after(kinds: Sequence[str], lag: int = 1) -> dict[str, list[str]]:
 
 
 def by_predecessor(
-    samples: Sequence[floors.Sample], floor_samples: Sequence[floors.Sample]
+    schedule: Sequence[str],
+    samples: Sequence[floors.Sample],
+    floor_samples: Sequence[floors.Sample],
 ) -> None:
     """Each kind's p50 and p99 over the updates that followed a controller update and over
-    those that followed a floor update, and the p99 ratio within each: what the update before
+    those that followed a floor update, in ``schedule`` (the order they ran in), and the p99 ratio within each: what the update before
     leaves running (the controller's status write and Event after its route config), apart
     from the path itself."""
-    before = after(interleaved(len(samples)))
+    before = after(schedule)
     for previous in ("controller", "floor"):
         ours = [
             s.latency
