@@ -176,7 +176,7 @@ def reconciled_after(controller: ControllerProcess, namespace: str, since: float
     """Whether the controller's current process finished a reconcile of Route ``chat`` after
     ``since`` (epoch seconds), by its log: the resyncs make one every few seconds."""
     assert controller.proc is not None
-    done = reconcilelog.last_done(controller.proc.log(), namespace, "route", "chat")
+    done = reconcilelog.last_done(controller.run_log(), namespace, "route", "chat")
     return done is not None and done > since
 
 

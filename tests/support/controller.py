@@ -225,6 +225,11 @@ class ControllerProcess:
         return not self._busy()
 
     def logs(self) -> str:
+        """Every controller log in the workdir (also those of another process that ran there
+        before this one), oldest run first: by run number, where a name sort put run 10 before
+        run 2."""
+        paths = self.workdir.glob("controller-*.log")
         return "\n".join(
-            p.read_text(errors="replace") for p in sorted(self.workdir.glob("controller-*.log"))
+            p.read_text(errors="replace")
+            for p in sorted(paths, key=lambda p: int(p.stem.rpartition("-")[2]))
         )
